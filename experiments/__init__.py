@@ -1,0 +1,1 @@
+"""Experiment runners: YAML configs, sweeps, plots."""

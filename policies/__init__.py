@@ -1,0 +1,1 @@
+"""Scheduling policies, registered by name (see `policies.registry`)."""

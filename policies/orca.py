@@ -1,0 +1,103 @@
+"""`orca`: ORCA iteration-level scheduling with selective batching (Yu et al., OSDI 2022).
+
+Every iteration the scheduler may add waiting requests and drop finished ones; requests are not
+padded (selective batching runs attention per request). Admission is FCFS per instance, limited by
+`max_batch_size` and by KV memory: ORCA reserves, for each admitted request, space for its prompt
+plus `max_tokens` generated tokens, so memory, not only batch size, limits the batch. A request
+asking for more than `max_tokens` outputs, or whose reservation exceeds an instance's memory, is
+rejected. Each arriving request is routed to one instance (`router`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from sim.errors import check_positive
+from sim.executor import Step, StepResult
+from sim.request import Request, emit_batch
+
+from policies.base import Policy, PolicyConfig
+from policies.registry import register_policy
+from policies.routing import get_router
+
+
+@dataclass(frozen=True)
+class OrcaConfig(PolicyConfig):
+    max_batch_size: int = 32  # requests per iteration (at most)
+    max_tokens: int = 2048  # output tokens reserved per request (ORCA's max-length reservation)
+    router: str = "least_loaded"  # how arrivals are spread over instances
+
+    def __post_init__(self) -> None:
+        check_positive("max_batch_size", self.max_batch_size)
+        check_positive("max_tokens", self.max_tokens)
+        get_router(self.router)
+
+
+@dataclass
+class _Instance:
+    waiting: deque[Request] = field(default_factory=deque)  # routed here, not admitted
+    running: list[Request] = field(default_factory=list)  # admitted, in batch order
+    reserved: int = 0  # KV tokens reserved by running requests
+
+
+@register_policy("orca")
+class OrcaPolicy(Policy):
+    Config = OrcaConfig
+    config: OrcaConfig
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.state = [_Instance() for _ in self.instances]
+        self.route = get_router(self.config.router)
+
+    def reservation(self, request: Request) -> int:
+        """KV tokens reserved for a request: its prompt plus `max_tokens`."""
+        return request.num_prompt_tokens + self.config.max_tokens
+
+    def add_request(self, request: Request, now: float) -> bool:
+        if request.target_output_tokens > self.config.max_tokens:
+            request.reject(now, f"output_tokens={request.target_output_tokens} > max_tokens="
+                                f"{self.config.max_tokens}")
+            return False
+        need = self.reservation(request)
+        fits = [i for i, info in enumerate(self.instances) if info.kv_capacity_tokens >= need]
+        if not fits:
+            return not self.reject_if_too_large(request, need, now)
+        loads = [len(self.state[i].waiting) + len(self.state[i].running) for i in fits]
+        self.state[fits[self.route(loads, request.request_id)]].waiting.append(request)
+        return True
+
+    def next_step(self, instance_id: int, now: float) -> Step | None:
+        s = self.state[instance_id]
+        cap = self.instances[instance_id].kv_capacity_tokens
+        while s.waiting and len(s.running) < self.config.max_batch_size:
+            need = self.reservation(s.waiting[0])
+            if s.reserved + need > cap:
+                break
+            r = s.waiting.popleft()
+            r.mark_scheduled(now, instance_id)
+            s.running.append(r)
+            s.reserved += need
+        if not s.running:
+            return None
+        run = s.running
+        return Step(instance_id, tuple(r.request_id for r in run),
+                    tuple(r.num_new_tokens for r in run),
+                    tuple(r.num_computed_tokens for r in run), (True,) * len(run),
+                    num_iterations=min(r.num_remaining_output_tokens for r in run))
+
+    def update(self, step: Step, result: StepResult, now: float) -> list[Request]:
+        if result.oom:
+            raise RuntimeError(f"orca step ran out of KV memory on instance {step.instance_id}: "
+                               "its reservation should make this impossible")
+        s = self.state[step.instance_id]
+        finished = emit_batch(s.running, now - result.duration_s, result.iteration_ends_s,
+                              self.recorder.gaps)
+        if finished:
+            s.running = [r for r in s.running if not r.is_finished]
+            s.reserved -= sum(self.reservation(r) for r in finished)
+        return finished
+
+    def num_reserved_kv_tokens(self, instance_id: int) -> int:
+        return self.state[instance_id].reserved

@@ -1,0 +1,80 @@
+"""One decorator registry of policies, with lazy imports of the built-in modules.
+
+`@register_policy("orca")` on a Policy subclass registers it; `get_policy("orca")` imports
+`policies.orca` on first use, so simulation never imports what it does not run (e.g. torch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+
+import numpy as np
+
+from sim.errors import ConfigError
+from sim.executor import InstanceInfo
+from sim.recorder import Recorder
+
+from policies.base import Policy, PolicyConfig
+
+# policy name -> module that registers it (imported lazily)
+BUILTIN_POLICIES: dict[str, str] = {
+    "vanilla": "policies.vanilla",
+    "orca": "policies.orca",
+}
+
+_REGISTRY: dict[str, type[Policy]] = {}
+P = TypeVar("P", bound=type[Policy])
+
+
+def register_policy(name: str) -> Callable[[P], P]:
+    """Class decorator: register a Policy subclass under `name`."""
+
+    def deco(cls: P) -> P:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"policy {name!r} registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def policy_names() -> list[str]:
+    """Every policy name known: built-in and registered."""
+    return sorted(set(BUILTIN_POLICIES) | set(_REGISTRY))
+
+
+def get_policy(name: str) -> type[Policy]:
+    """The Policy class registered under `name` (importing its module on first use)."""
+    if name not in _REGISTRY and name in BUILTIN_POLICIES:
+        importlib.import_module(BUILTIN_POLICIES[name])
+    if name not in _REGISTRY:
+        raise ConfigError("policy", name, f"unknown policy; known: {', '.join(policy_names())}")
+    return _REGISTRY[name]
+
+
+def make_config(cls: type[Policy], params: Mapping[str, Any] | None,
+                where: str = "policy") -> PolicyConfig:
+    """Build the policy's Config dataclass from a mapping, naming unknown fields."""
+    params = dict(params or {})
+    fields = {f.name for f in dataclasses.fields(cls.Config)}
+    unknown = sorted(set(params) - fields)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}", params[unknown[0]],
+                          f"unknown parameter of policy {cls.name!r}; known: "
+                          f"{', '.join(sorted(fields)) or '(none)'}")
+    try:
+        return cls.Config(**params)
+    except TypeError as exc:
+        raise ConfigError(where, params, str(exc)) from exc
+
+
+def build_policy(name: str, params: Mapping[str, Any] | None,
+                 instances: Sequence[InstanceInfo], recorder: Recorder,
+                 seed: int = 0) -> Policy:
+    """Instantiate policy `name` with `params` for a cluster."""
+    cls = get_policy(name)
+    config = make_config(cls, params, where=f"policies.{name}")
+    return cls(config, instances, recorder, np.random.default_rng(seed))

@@ -1,0 +1,1 @@
+"""Discrete-event simulator of LLM inference serving (no torch here)."""

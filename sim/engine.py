@@ -1,0 +1,128 @@
+"""The SimPy engine: an arrival process and one serve loop per model instance.
+
+Each serve loop asks the policy for the next Step, has its executor run it, waits the step's
+duration on the simulated clock, then hands the result back to the policy. A Step that may be
+interrupted (`stop_on_arrival`) is cut at the first iteration boundary after the next arrival, so
+jumping over runs of decode iterations is exact: the policy sees every arrival at the same
+iteration boundary as it would iterating one step at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import simpy
+
+from policies.base import Policy
+from sim.executor import Executor
+from sim.recorder import Recorder
+from sim.request import Request
+
+
+class SimulationStuck(RuntimeError):
+    """The policy left requests unfinished with no work scheduled and no arrivals to come."""
+
+
+@dataclass
+class InstanceStats:
+    """Per-instance accounting kept by the serve loop."""
+
+    instance_id: int  # index of the instance
+    kv_capacity_tokens: int  # tokens
+    busy_s: float = 0.0  # seconds spent in steps (measured on the simulated clock)
+    num_steps: int = 0  # Steps executed
+    num_iterations: int = 0  # model iterations executed
+    seq_iterations: int = 0  # sum over iterations of the batch size
+    peak_kv_tokens: int = 0  # largest KV footprint of a step, tokens
+    peak_reserved_kv_tokens: int = 0  # largest KV reservation reported by the policy, tokens
+
+
+@dataclass
+class _State:
+    total: int  # requests in the workload
+    num_done: int = 0  # requests in a final state
+    next_arrival_s: float = math.inf  # absolute time of the next arrival
+    arrivals_done: bool = False
+    idle: dict[int, simpy.Event] = field(default_factory=dict)  # instance -> wake-up event
+    on_done: Callable[[int], None] | None = None  # progress callback
+
+    def done(self, n: int) -> None:
+        self.num_done += n
+        if self.on_done is not None and n:
+            self.on_done(n)
+
+    def wake_all(self) -> None:
+        idle, self.idle = self.idle, {}
+        for ev in idle.values():
+            ev.succeed()
+
+
+@dataclass
+class Simulation:
+    """One run: a workload, a policy, and one executor per instance."""
+
+    requests: list[Request]  # sorted by arrival_s
+    policy: Policy
+    executors: Sequence[Executor]
+    recorder: Recorder
+    on_done: Callable[[int], None] | None = None  # called with the number of newly done requests
+    env: simpy.Environment = field(default_factory=simpy.Environment)
+
+    def run(self) -> list[InstanceStats]:
+        """Simulate until every request is finished, rejected or failed."""
+        state = _State(total=len(self.requests), on_done=self.on_done)
+        stats = [InstanceStats(i, ex.kv_capacity_tokens) for i, ex in enumerate(self.executors)]
+        self.env.process(self._arrivals(state))
+        for i, ex in enumerate(self.executors):
+            self.env.process(self._serve(i, ex, stats[i], state))
+        self.env.run()
+        if state.num_done < state.total:
+            stuck = [r.request_id for r in self.requests if not r.is_finished][:10]
+            raise SimulationStuck(
+                f"policy {self.policy.name!r} left {state.total - state.num_done} requests "
+                f"unfinished with nothing scheduled (first ids: {stuck})")
+        return stats
+
+    def _arrivals(self, state: _State):
+        env, reqs = self.env, self.requests
+        for i, r in enumerate(reqs):
+            if r.arrival_s > env.now:
+                yield env.timeout(r.arrival_s - env.now)
+            state.next_arrival_s = reqs[i + 1].arrival_s if i + 1 < len(reqs) else math.inf
+            if not self.policy.add_request(r, env.now):
+                state.done(1)
+            state.wake_all()
+        state.arrivals_done = True
+        state.wake_all()
+
+    def _serve(self, instance_id: int, executor: Executor, st: InstanceStats, state: _State):
+        env, policy, rec = self.env, self.policy, self.recorder
+        while True:
+            step = policy.next_step(instance_id, env.now)
+            if step is None:
+                if state.arrivals_done and state.num_done >= state.total:
+                    return
+                state.idle[instance_id] = env.event()
+                yield state.idle[instance_id]
+                continue
+            until = state.next_arrival_s - env.now if step.stop_on_arrival else math.inf
+            result = executor.execute(step, until)
+            start = env.now
+            reserved = policy.num_reserved_kv_tokens(instance_id)
+            yield env.timeout(result.duration_s)
+            m = result.num_iterations
+            kv = step.kv_tokens_after(m) if m else 0
+            rec.record_step(instance_id, start, env.now - start, m, step.num_seqs,
+                            step.num_first_tokens, sum(step.num_context_tokens),
+                            step.num_first_tokens + max(m - 1, 0) * step.num_seqs if m else 0,
+                            kv, reserved, result.oom)
+            st.busy_s += env.now - start
+            st.num_steps += 1
+            st.num_iterations += m
+            st.seq_iterations += m * step.num_seqs
+            st.peak_kv_tokens = max(st.peak_kv_tokens, kv)
+            st.peak_reserved_kv_tokens = max(st.peak_reserved_kv_tokens, reserved)
+            state.done(len(policy.update(step, result, env.now)))
+            state.wake_all()

@@ -1,0 +1,141 @@
+"""THE executor interface shared by the SimPy cost-model backend and the real torch backend.
+
+A scheduler (policy) and an executor talk through two plain dataclasses, as in vLLM v1:
+the policy hands over a `Step`, the executor returns a `StepResult`. No tensors cross it.
+
+There is no prefill or decode phase: each step assigns every scheduled request a number of new
+tokens so its computed tokens catch up with its known tokens. A padded static batch and a ragged
+continuous batch are both Steps; padding is simply part of `num_new_tokens` and
+`num_context_tokens`.
+
+A Step may span several iterations (`num_iterations`): iteration 1 computes the listed new tokens;
+every later iteration computes exactly one new token per listed request, whose context grows by
+the previous iteration's new tokens. This lets a cost-model backend jump over runs of decode
+iterations in which the batch does not change, and lets a static batch be one Step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One request's share of a Step's first iteration (a row view of the Step's columns)."""
+
+    request_id: int  # simulation-assigned request id
+    num_new_tokens: int  # tokens computed in the first iteration, padding included
+    num_context_tokens: int  # tokens already in the KV cache before the step, padding included
+    samples: bool  # the chunk reaches the end of its known tokens, so a token is sampled
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One model invocation on one instance: a batch of per-request token chunks.
+
+    Columns are stored as parallel tuples (one entry per scheduled request) so building and
+    summing them stays cheap on the simulator's hot path.
+    """
+
+    instance_id: int  # index of the model instance that runs the step
+    request_ids: tuple[int, ...]  # scheduled requests, in batch order
+    num_new_tokens: tuple[int, ...]  # per request: tokens computed in iteration 1 (padded)
+    num_context_tokens: tuple[int, ...]  # per request: tokens in KV before the step (padded)
+    samples: tuple[bool, ...]  # per request: whether iteration 1 ends in a sampled token
+    num_iterations: int = 1  # iterations; from the 2nd on each request decodes one token
+    stop_on_arrival: bool = True  # may end early at the first iteration boundary after an arrival
+    freed_request_ids: tuple[int, ...] = ()  # requests whose KV the backend drops before the step
+
+    def __post_init__(self) -> None:
+        n = len(self.request_ids)
+        if not (len(self.num_new_tokens) == len(self.num_context_tokens) == len(self.samples) == n):
+            raise ValueError("Step columns must have one entry per scheduled request")
+        if self.num_iterations < 1:
+            raise ValueError(f"Step.num_iterations={self.num_iterations}: must be >= 1")
+        if self.num_iterations > 1 and not all(self.samples):
+            raise ValueError("a multi-iteration Step needs every request to sample in iteration 1")
+
+    @property
+    def num_seqs(self) -> int:
+        """Requests in the batch."""
+        return len(self.request_ids)
+
+    @property
+    def num_first_tokens(self) -> int:
+        """Tokens computed in the first iteration, padding included."""
+        return sum(self.num_new_tokens)
+
+    @property
+    def num_computed_tokens(self) -> int:
+        """Tokens computed over all iterations, padding included."""
+        return sum(self.num_new_tokens) + (self.num_iterations - 1) * len(self.request_ids)
+
+    def kv_tokens_after(self, num_iterations: int) -> int:
+        """KV-cache tokens held by the batch after `num_iterations` iterations."""
+        first = sum(self.num_context_tokens) + sum(self.num_new_tokens)
+        return first + (num_iterations - 1) * len(self.request_ids)
+
+    def chunks(self) -> Iterator[Chunk]:
+        """Iterate the step's rows as `Chunk` records."""
+        for row in zip(self.request_ids, self.num_new_tokens, self.num_context_tokens, self.samples):
+            yield Chunk(*row)
+
+    @classmethod
+    def from_chunks(cls, instance_id: int, chunks: list[Chunk], **kwargs: object) -> "Step":
+        """Build a Step from row records."""
+        return cls(instance_id,
+                   tuple(c.request_id for c in chunks),
+                   tuple(c.num_new_tokens for c in chunks),
+                   tuple(c.num_context_tokens for c in chunks),
+                   tuple(c.samples for c in chunks), **kwargs)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What the executor measured or modelled for a Step."""
+
+    duration_s: float  # seconds the instance was busy, lost time before an OOM included
+    iteration_ends_s: np.ndarray  # seconds from step start to the end of each completed iteration
+    oom: bool = False  # the step ran out of KV memory; iterations after the completed ones failed
+
+    @property
+    def num_iterations(self) -> int:
+        """Iterations that completed (their tokens exist)."""
+        return len(self.iteration_ends_s)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceInfo:
+    """What a policy may know about a model instance before it schedules onto it."""
+
+    instance_id: int  # index of the instance in the cluster
+    kv_capacity_tokens: int  # KV-cache capacity in tokens (per instance, all TP shards together)
+    name: str = ""  # human label, e.g. "A100-80GB x1 llama-2-7b fp16"
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """A backend that runs Steps: the cost model (simulation) or a real torch engine."""
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """KV-cache capacity in tokens for the model, GPU, dtype and memory fraction served."""
+        ...
+
+    def execute(self, step: Step, until_s: float = math.inf) -> StepResult:
+        """Run `step`. Stop after the first iteration whose end is at or past `until_s` seconds
+        from the step's start (always at least one iteration). A step whose KV footprint exceeds
+        capacity returns `oom=True` with the iterations completed before the failure."""
+        ...
+
+
+def truncate_ends(ends: np.ndarray, until_s: float) -> np.ndarray:
+    """Keep iterations up to and including the first one ending at or after `until_s`."""
+    if until_s == math.inf or len(ends) <= 1 or ends[-1] <= until_s:
+        return ends
+    cut = int(np.searchsorted(ends, until_s, side="left"))
+    return ends[: cut + 1]

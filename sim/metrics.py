@@ -1,0 +1,137 @@
+"""Per-request records and a run summary, named as vLLM's benchmark names them.
+
+Latencies are seconds. TTFT = first token - arrival; TPOT = (finish - first token) / (outputs - 1);
+ITL = gap between consecutive tokens of a request (over all tokens); E2E = finish - arrival;
+queueing delay = first scheduled - arrival; normalized latency = E2E / output tokens.
+Throughputs divide by the run's duration (first arrival to last final event).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from sim.engine import InstanceStats
+from sim.recorder import Recorder
+from sim.request import Request
+
+RECORD_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "status",
+                  "instance_id", "scheduled_s", "first_token_s", "finish_s", "num_preemptions",
+                  "num_recomputed_tokens", "num_padding_tokens", "max_itl_s",
+                  "predicted_output_tokens", "app")
+PERCENTILES = (50, 90, 99)
+
+
+def request_records(requests: Sequence[Request]) -> pd.DataFrame:
+    """One flat row per request, plus derived latency columns."""
+    df = pd.DataFrame({
+        "request_id": [r.request_id for r in requests],
+        "arrival_s": [r.arrival_s for r in requests],
+        "prompt_tokens": [r.num_prompt_tokens for r in requests],
+        "output_tokens": [r.num_output_tokens for r in requests],
+        "target_output_tokens": [r.target_output_tokens for r in requests],
+        "status": [r.status.value for r in requests],
+        "instance_id": [r.instance_id for r in requests],
+        "scheduled_s": [r.scheduled_s for r in requests],
+        "first_token_s": [r.first_token_s for r in requests],
+        "finish_s": [r.finish_s for r in requests],
+        "num_preemptions": [r.num_preemptions for r in requests],
+        "num_recomputed_tokens": [r.num_recomputed_tokens for r in requests],
+        "num_padding_tokens": [r.num_padding_tokens for r in requests],
+        "max_itl_s": [r.max_itl_s for r in requests],
+        "predicted_output_tokens": [r.predicted_output_tokens for r in requests],
+        "app": [r.app for r in requests],
+    })
+    df["e2e_s"] = df["finish_s"] - df["arrival_s"]
+    df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
+    df["queueing_s"] = df["scheduled_s"] - df["arrival_s"]
+    outs = df["output_tokens"].where(df["output_tokens"] > 1)
+    df["tpot_s"] = (df["finish_s"] - df["first_token_s"]) / (outs - 1)
+    df["normalized_latency_s"] = df["e2e_s"] / df["output_tokens"].where(df["output_tokens"] > 0)
+    return df
+
+
+def _weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The q-th percentile (0-100) of values repeated `weights` times (inverted CDF)."""
+    if len(values) == 0 or weights.sum() == 0:
+        return float("nan")
+    order = np.argsort(values, kind="stable")
+    v, cw = values[order], np.cumsum(weights[order])
+    idx = int(np.searchsorted(cw, q / 100.0 * cw[-1], side="left"))
+    return float(v[min(idx, len(v) - 1)])
+
+
+def _describe(prefix: str, series: pd.Series, out: dict[str, float]) -> None:
+    x = series.dropna().to_numpy(dtype=np.float64)
+    out[f"mean_{prefix}"] = float(x.mean()) if len(x) else float("nan")
+    for p in PERCENTILES:
+        name = "median" if p == 50 else f"p{p}"
+        out[f"{name}_{prefix}"] = float(np.percentile(x, p)) if len(x) else float("nan")
+
+
+def summarize(records: pd.DataFrame, recorder: Recorder,
+              stats: Sequence[InstanceStats]) -> dict[str, float]:
+    """Run-level metrics (vLLM benchmark names) and per-instance aggregates."""
+    done = records[records["status"] == "finished"]
+    end = np.nanmax(records["finish_s"].to_numpy()) if len(records) else 0.0
+    duration = float(end - records["arrival_s"].min()) if len(records) else 0.0
+    steps = recorder.steps
+    computed = int(sum(steps["num_computed_tokens"]))
+    useful_prompt = int(done["prompt_tokens"].sum())
+    useful_output = int(done["output_tokens"].sum())
+    out: dict[str, float] = {
+        "num_requests": len(records), "completed": len(done),
+        "rejected": int((records["status"] == "rejected").sum()),
+        "failed": int((records["status"] == "failed").sum()),
+        "num_oom_events": recorder.num_oom_events,
+        "num_preemptions": int(records["num_preemptions"].sum()),
+        "duration_s": duration,
+        "request_throughput": len(done) / duration if duration > 0 else float("nan"),
+        "output_throughput": useful_output / duration if duration > 0 else float("nan"),
+        "total_token_throughput": (useful_prompt + useful_output) / duration
+        if duration > 0 else float("nan"),
+        "computed_token_throughput": computed / duration if duration > 0 else float("nan"),
+        "num_computed_tokens": computed,
+        "num_padding_tokens": int(records["num_padding_tokens"].sum()),
+        "num_recomputed_tokens": int(records["num_recomputed_tokens"].sum()),
+    }
+    for name in ("e2e", "ttft", "tpot", "queueing", "normalized_latency"):
+        _describe(f"{name}_s", done[f"{name}_s"], out)
+    values, weights = recorder.gaps.arrays()
+    out["mean_itl_s"] = float(np.average(values, weights=weights)) if weights.sum() else np.nan
+    for p in PERCENTILES:
+        name = "median" if p == 50 else f"p{p}"
+        out[f"{name}_itl_s"] = _weighted_percentile(values, weights, p)
+    out.update(_instance_summary(stats, duration))
+    return out
+
+
+def _instance_summary(stats: Sequence[InstanceStats], duration: float) -> dict[str, float]:
+    busy = [s.busy_s / duration if duration > 0 else 0.0 for s in stats]
+    its = sum(s.num_iterations for s in stats)
+    return {
+        "num_instances": len(stats),
+        "busy_fraction": float(np.mean(busy)) if stats else 0.0,
+        "mean_batch_size": sum(s.seq_iterations for s in stats) / its if its else 0.0,
+        "num_iterations": its,
+        "peak_kv_fraction": max((s.peak_kv_tokens / s.kv_capacity_tokens for s in stats),
+                                default=0.0),
+        "peak_reserved_kv_fraction": max(
+            (s.peak_reserved_kv_tokens / s.kv_capacity_tokens for s in stats), default=0.0),
+    }
+
+
+def instance_frame(stats: Sequence[InstanceStats], duration: float) -> pd.DataFrame:
+    """One row per instance: busy fraction, mean batch size, peak KV use."""
+    rows = []
+    for s in stats:
+        rows.append({
+            "instance_id": s.instance_id, "kv_capacity_tokens": s.kv_capacity_tokens,
+            "busy_s": s.busy_s, "busy_fraction": s.busy_s / duration if duration > 0 else 0.0,
+            "num_steps": s.num_steps, "num_iterations": s.num_iterations,
+            "mean_batch_size": s.seq_iterations / s.num_iterations if s.num_iterations else 0.0,
+            "peak_kv_tokens": s.peak_kv_tokens,
+            "peak_reserved_kv_tokens": s.peak_reserved_kv_tokens})
+    return pd.DataFrame(rows)

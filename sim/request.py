@@ -1,0 +1,189 @@
+"""A request and the counters a scheduler needs.
+
+Following vLLM v1: a request's known tokens are its prompt plus the outputs sampled so far;
+each step computes new tokens until `num_computed_tokens` catches up with `num_tokens`, at which
+point a token is sampled. A request with P prompt tokens and N outputs computes P + N - 1 tokens
+(the last sampled token is never fed back).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+NAN = math.nan
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # arrived, not yet finished
+    RUNNING = "running"  # holds KV on an instance
+    FINISHED = "finished"  # generated all its output tokens
+    REJECTED = "rejected"  # can never be served (e.g. prompt larger than KV memory)
+    FAILED = "failed"  # its batch ran out of memory and the policy gave it up
+
+
+class GapRecorder(Protocol):
+    """Receives inter-token gaps (seconds), each with a count of tokens that saw it."""
+
+    def add(self, gaps: np.ndarray | float, weight: int = 1) -> None: ...
+
+
+@dataclass(eq=False, slots=True)
+class Request:
+    request_id: int  # id assigned by the simulation (row order of the trace)
+    arrival_s: float  # seconds since the start of the trace
+    num_prompt_tokens: int  # tokens
+    target_output_tokens: int  # tokens the request generates (the trace's output length)
+    text: str | None = None  # prompt text, when the workload has it
+    app: str | None = None  # application / task name
+    session_id: str | None = None  # conversation id for multi-turn workloads
+    block_ids: tuple[int, ...] | None = None  # prompt block hashes (prefix sharing)
+    # scheduler counters
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed_tokens: int = 0  # tokens whose KV exists (real tokens, padding excluded)
+    num_output_tokens: int = 0  # tokens sampled so far
+    instance_id: int = -1  # instance that served (or serves) it
+    num_preemptions: int = 0  # times its KV was dropped
+    num_recomputed_tokens: int = 0  # tokens computed again after preemptions
+    num_padding_tokens: int = 0  # padding / wasted-slot tokens computed on its behalf
+    predicted_output_tokens: float = NAN  # a length predictor's estimate, when a policy uses one
+    # timestamps, seconds since trace start
+    scheduled_s: float = NAN  # first time it was part of a step
+    first_token_s: float = NAN  # first output token
+    last_token_s: float = NAN  # latest output token
+    finish_s: float = NAN  # last output token (or rejection / failure time)
+    max_itl_s: float = 0.0  # largest gap between two of its output tokens
+    extra: dict[str, object] = field(default_factory=dict)  # policy-specific annotations
+
+    def __post_init__(self) -> None:
+        if self.num_prompt_tokens < 1:
+            raise ValueError(f"request {self.request_id}: num_prompt_tokens="
+                             f"{self.num_prompt_tokens} must be >= 1")
+        if self.target_output_tokens < 1:
+            raise ValueError(f"request {self.request_id}: target_output_tokens="
+                             f"{self.target_output_tokens} must be >= 1")
+
+    # ---- derived counters -------------------------------------------------------------
+    @property
+    def num_tokens(self) -> int:
+        """Known tokens: prompt plus sampled outputs."""
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    @property
+    def num_new_tokens(self) -> int:
+        """Tokens still to compute before the next sample."""
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def num_remaining_output_tokens(self) -> int:
+        return self.target_output_tokens - self.num_output_tokens
+
+    @property
+    def max_tokens(self) -> int:
+        """KV tokens the request holds at its largest (prompt + output - 1, rounded up by one)."""
+        return self.num_prompt_tokens + self.target_output_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (RequestStatus.FINISHED, RequestStatus.REJECTED,
+                               RequestStatus.FAILED)
+
+    # ---- state changes ------------------------------------------------------------------
+    def mark_scheduled(self, now: float, instance_id: int) -> None:
+        """Record the first time the request enters a step."""
+        if self.scheduled_s != self.scheduled_s:  # NaN
+            self.scheduled_s = now
+        self.instance_id = instance_id
+        self.status = RequestStatus.RUNNING
+
+    def compute(self, num_tokens: int) -> None:
+        """Advance computed tokens by a (partial prefill) chunk that samples nothing."""
+        self.num_computed_tokens += num_tokens
+
+    def emit(self, token_times: np.ndarray, gaps: GapRecorder) -> None:
+        """The request computed up to its known tokens and sampled one token at each time in
+        `token_times` (one per iteration of a run: the first after the catching-up chunk, then one
+        per decode iteration). Gaps between tokens go to `gaps`; the shared gaps inside the run
+        are recorded by the caller once for the whole batch (see `emit_batch`)."""
+        n = len(token_times)
+        self.num_computed_tokens = self.num_tokens + n - 1
+        first = float(token_times[0])
+        if self.num_output_tokens == 0:
+            self.first_token_s = first
+        else:
+            gap = first - self.last_token_s
+            gaps.add(gap)
+            if gap > self.max_itl_s:
+                self.max_itl_s = gap
+        self.num_output_tokens += n
+        self.last_token_s = float(token_times[-1])
+        if self.num_output_tokens >= self.target_output_tokens:
+            self.status = RequestStatus.FINISHED
+            self.finish_s = self.last_token_s
+
+    def preempt(self) -> None:
+        """Drop the request's KV (recomputation): its known tokens are computed again later."""
+        self.num_recomputed_tokens += self.num_computed_tokens
+        self.num_computed_tokens = 0
+        self.num_preemptions += 1
+        self.status = RequestStatus.WAITING
+
+    def reject(self, now: float, reason: str) -> None:
+        self.status = RequestStatus.REJECTED
+        self.finish_s = now
+        self.extra["reject_reason"] = reason
+
+    def fail(self, now: float, reason: str) -> None:
+        self.status = RequestStatus.FAILED
+        self.finish_s = now
+        self.extra["fail_reason"] = reason
+
+
+def emit_batch(requests: list[Request], start_s: float, ends_s: np.ndarray,
+               gaps: GapRecorder) -> list[Request]:
+    """Every request in `requests` sampled a token at the end of each iteration of a run that
+    started at `start_s` (absolute seconds) with cumulative iteration ends `ends_s`. Returns the
+    requests that finished. The run must not extend past any request's last token."""
+    times = start_s + ends_s
+    if len(times) > 1:
+        gaps.add(np.diff(times), weight=len(requests))
+        longest = float(np.max(np.diff(times)))
+    else:
+        longest = 0.0
+    finished = []
+    for r in requests:
+        r.emit(times, gaps)
+        if longest > r.max_itl_s:
+            r.max_itl_s = longest
+        if r.status is RequestStatus.FINISHED:
+            finished.append(r)
+    return finished
+
+
+def requests_from_trace(trace: "pd.DataFrame") -> list[Request]:
+    """Requests for every row of a trace DataFrame (schema of `traces.schema`); ids = row order."""
+    cols = trace.columns
+    arrival = trace["arrival_s"].to_numpy(dtype=np.float64)
+    prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
+    output = trace["output_tokens"].to_numpy(dtype=np.int64)
+    text = trace["text"].tolist() if "text" in cols else None
+    app = trace["app"].tolist() if "app" in cols else None
+    session = trace["session_id"].tolist() if "session_id" in cols else None
+    blocks = trace["block_ids"].tolist() if "block_ids" in cols else None
+    out = []
+    for i in range(len(trace)):
+        out.append(Request(
+            i, float(arrival[i]), int(prompt[i]), int(output[i]),
+            text=None if text is None else text[i],
+            app=None if app is None else app[i],
+            session_id=None if session is None else (None if session[i] is None
+                                                     else str(session[i])),
+            block_ids=None if blocks is None else tuple(int(b) for b in blocks[i])))
+    return out

@@ -1,0 +1,74 @@
+"""Invariants every registered policy must keep, on random small traces (hypothesis)."""
+
+import numpy as np
+import pytest
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from policies.registry import policy_names
+from sim.simulate import simulate
+from tests.factories import LinearExecutor
+
+POLICIES = policy_names()
+
+traces = st.lists(
+    st.tuples(st.floats(0, 3, allow_nan=False), st.integers(1, 300), st.integers(1, 60)),
+    min_size=1, max_size=25,
+).map(lambda rows: pd.DataFrame(sorted(rows), columns=["arrival_s", "prompt_tokens",
+                                                       "output_tokens"]))
+
+
+# extra parameter sets that stress a policy's limits on small capacities
+VARIANTS: dict[str, list[dict]] = {
+    "orca": [{"max_tokens": 64, "max_batch_size": 4}],
+    "vanilla": [{"batch_size": 3, "on_oom": "split"}],
+}
+
+
+def check_invariants(trace: pd.DataFrame, policy: str, executors: list,
+                     params: dict | None = None) -> None:
+    res = simulate(trace, policy, params or {}, executors)
+    rec = res.records
+    caps = {i: ex.kv_capacity_tokens for i, ex in enumerate(executors)}
+    # each request reaches exactly one final state; finished ones have exactly their tokens
+    assert len(rec) == len(trace) and rec["request_id"].is_unique
+    assert set(rec["status"]) <= {"finished", "rejected", "failed"}
+    done = rec[rec["status"] == "finished"]
+    assert (done["output_tokens"] == done["target_output_tokens"]).all()
+    # tokens conserved: computed = prompt + outputs - 1 (+ padding, recomputation, failures)
+    steps = res.steps
+    failed_or_oom = (rec["status"] == "failed").any() or steps["oom"].any()
+    if not failed_or_oom:
+        useful = int((done["prompt_tokens"] + done["output_tokens"] - 1).sum())
+        extra = int(rec["num_padding_tokens"].sum() + rec["num_recomputed_tokens"].sum())
+        assert int(steps["num_computed_tokens"].sum()) == useful + extra
+    # KV use and reservation never above capacity
+    cap = steps["instance_id"].map(caps)
+    assert (steps["kv_tokens"] <= cap).all()
+    assert (steps["reserved_kv_tokens"] <= cap).all()
+    # timestamps ordered
+    eps = 1e-9
+    assert (done["scheduled_s"] >= done["arrival_s"] - eps).all()
+    assert (done["first_token_s"] >= done["scheduled_s"] - eps).all()
+    assert (done["finish_s"] >= done["first_token_s"] - eps).all()
+    # busy time of an instance equals the sum of its step durations, and steps never overlap
+    for i, grp in steps.groupby("instance_id"):
+        assert res.instances.loc[i, "busy_s"] == np.float64(grp["duration_s"].sum()) or \
+            abs(res.instances.loc[i, "busy_s"] - grp["duration_s"].sum()) < 1e-9
+        starts, ends = grp["start_s"].to_numpy(), (grp["start_s"] + grp["duration_s"]).to_numpy()
+        assert (starts[1:] >= ends[:-1] - 1e-9).all()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trace=traces, capacity=st.integers(200, 3000), instances=st.integers(1, 3),
+       variant=st.integers(0, 1))
+def test_invariants_hold_for_every_policy(policy, trace, capacity, instances, variant):
+    ex = LinearExecutor(capacity=capacity, per_ctx_s=1e-6)
+    params = ([{}] + VARIANTS.get(policy, []))[variant % (1 + len(VARIANTS.get(policy, [])))]
+    check_invariants(trace, policy, [ex] * instances, params)
+
+
+def test_every_policy_is_covered():
+    assert {"vanilla", "orca"} <= set(POLICIES)

@@ -1,0 +1,1 @@
+"""Request arrival traces: one schema, loaders for public formats, synthetic generators."""
