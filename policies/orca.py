@@ -82,10 +82,12 @@ class OrcaPolicy(Policy):
         if not s.running:
             return None
         run = s.running
-        return Step(instance_id, tuple(r.request_id for r in run),
-                    tuple(r.num_new_tokens for r in run),
-                    tuple(r.num_computed_tokens for r in run), (True,) * len(run),
-                    num_iterations=min(r.num_remaining_output_tokens for r in run))
+        return Step(instance_id, tuple([r.request_id for r in run]),
+                    tuple([r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens
+                           for r in run]),
+                    tuple([r.num_computed_tokens for r in run]), (True,) * len(run),
+                    num_iterations=min([r.target_output_tokens - r.num_output_tokens
+                                        for r in run]))
 
     def update(self, step: Step, result: StepResult, now: float) -> list[Request]:
         if result.oom:
@@ -95,7 +97,7 @@ class OrcaPolicy(Policy):
         finished = emit_batch(s.running, now - result.duration_s, result.iteration_ends_s,
                               self.recorder.gaps)
         if finished:
-            s.running = [r for r in s.running if not r.is_finished]
+            s.running = [r for r in s.running if r.finish_s != r.finish_s]  # NaN: running
             s.reserved -= sum(self.reservation(r) for r in finished)
         return finished
 

@@ -22,27 +22,31 @@ class GapLog:
 
     def __init__(self) -> None:
         self._values: list[np.ndarray] = []
-        self._weights: list[np.ndarray] = []
+        self._weights: list[int | np.ndarray] = []  # an int applies to every value of its chunk
         self._scalars: list[float] = []  # single gaps of weight 1, batched for speed
 
     def add(self, gaps: np.ndarray | float, weight: int | np.ndarray = 1) -> None:
         """Record gaps; `weight` is the number of tokens that saw each gap."""
-        if isinstance(gaps, float) and isinstance(weight, int) and weight == 1:
-            self._scalars.append(gaps)
-            return
-        values = np.atleast_1d(np.asarray(gaps, dtype=np.float64))
-        self._values.append(values)
-        self._weights.append(np.broadcast_to(np.asarray(weight, dtype=np.int64), values.shape))
+        if isinstance(gaps, float):
+            if weight == 1:
+                self._scalars.append(gaps)
+                return
+            gaps = np.array((gaps,))
+        self._values.append(gaps)
+        self._weights.append(weight)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """All gaps and their weights."""
         values = self._values + [np.asarray(self._scalars, dtype=np.float64)]
-        weights = self._weights + [np.ones(len(self._scalars), dtype=np.int64)]
-        return np.concatenate(values), np.concatenate(weights)
+        weights = [np.broadcast_to(np.asarray(w, dtype=np.int64), np.shape(v))
+                   for v, w in zip(self._values, self._weights)]
+        weights.append(np.ones(len(self._scalars), dtype=np.int64))
+        return (np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in values]),
+                np.concatenate([w.ravel() for w in weights]))
 
     @property
     def num_gaps(self) -> int:
-        return int(sum(int(w.sum()) for w in self._weights)) + len(self._scalars)
+        return int(self.arrays()[1].sum())
 
 
 @dataclass

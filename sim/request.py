@@ -113,6 +113,9 @@ class Request:
         per decode iteration). Gaps between tokens go to `gaps`; the shared gaps inside the run
         are recorded by the caller once for the whole batch (see `emit_batch`)."""
         n = len(token_times)
+        if n > self.num_remaining_output_tokens:
+            raise RuntimeError(f"request {self.request_id}: {n} tokens emitted, only "
+                               f"{self.num_remaining_output_tokens} remain")
         self.num_computed_tokens = self.num_tokens + n - 1
         first = float(token_times[0])
         if self.num_output_tokens == 0:
@@ -148,22 +151,49 @@ class Request:
 
 def emit_batch(requests: list[Request], start_s: float, ends_s: np.ndarray,
                gaps: GapRecorder) -> list[Request]:
-    """Every request in `requests` sampled a token at the end of each iteration of a run that
-    started at `start_s` (absolute seconds) with cumulative iteration ends `ends_s`. Returns the
-    requests that finished. The run must not extend past any request's last token."""
-    times = start_s + ends_s
-    if len(times) > 1:
-        gaps.add(np.diff(times), weight=len(requests))
-        longest = float(np.max(np.diff(times)))
+    """Every request in `requests` caught up with its known tokens in the first iteration of a
+    run that started at `start_s` (absolute seconds), then decoded one token per iteration; the
+    iterations ended at `start_s + ends_s`. Returns the requests that finished. The run must not
+    extend past any request's last token. This is the simulator's hot path: one pass, no calls."""
+    n = len(ends_s)
+    t_first = start_s + float(ends_s[0])
+    t_last = start_s + float(ends_s[-1])
+    if n > 1:
+        inner = np.diff(ends_s)
+        gaps.add(inner, weight=len(requests))
+        longest = float(inner.max())
     else:
         longest = 0.0
-    finished = []
+    first_gaps: list[float] = []
+    finished: list[Request] = []
+    finished_status = RequestStatus.FINISHED
     for r in requests:
-        r.emit(times, gaps)
-        if longest > r.max_itl_s:
-            r.max_itl_s = longest
-        if r.status is RequestStatus.FINISHED:
+        out = r.num_output_tokens
+        if out == 0:
+            r.first_token_s = t_first
+            if longest > r.max_itl_s:
+                r.max_itl_s = longest
+        else:
+            gap = t_first - r.last_token_s
+            first_gaps.append(gap)
+            if gap > longest:
+                if gap > r.max_itl_s:
+                    r.max_itl_s = gap
+            elif longest > r.max_itl_s:
+                r.max_itl_s = longest
+        r.num_computed_tokens = r.num_prompt_tokens + out + n - 1
+        out += n
+        r.num_output_tokens = out
+        r.last_token_s = t_last
+        if out >= r.target_output_tokens:
+            if out > r.target_output_tokens:
+                raise RuntimeError(f"request {r.request_id} generated {out} tokens, "
+                                   f"more than its {r.target_output_tokens}")
+            r.status = finished_status
+            r.finish_s = t_last
             finished.append(r)
+    if first_gaps:
+        gaps.add(np.array(first_gaps), 1)
     return finished
 
 

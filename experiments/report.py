@@ -1,0 +1,152 @@
+"""Result files of a sweep, its console tables, and the `--list` catalogue."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from sim.simulate import RunResult
+
+# (column header, summary key, scale, format) of the console table
+TABLE_COLUMNS: tuple[tuple[str, str, float, str], ...] = (
+    ("req/s", "request_throughput", 1.0, ".3f"),
+    ("out tok/s", "output_throughput", 1.0, ".1f"),
+    ("tot tok/s", "total_token_throughput", 1.0, ".1f"),
+    ("E2E s", "mean_e2e_s", 1.0, ".2f"),
+    ("p99 E2E s", "p99_e2e_s", 1.0, ".2f"),
+    ("TTFT s", "mean_ttft_s", 1.0, ".3f"),
+    ("p99 TTFT s", "p99_ttft_s", 1.0, ".3f"),
+    ("TPOT ms", "mean_tpot_s", 1e3, ".1f"),
+    ("p99 ITL ms", "p99_itl_s", 1e3, ".1f"),
+    ("done", "completed", 1.0, ".0f"),
+    ("rej", "rejected", 1.0, ".0f"),
+    ("fail", "failed", 1.0, ".0f"),
+    ("OOM", "num_oom_events", 1.0, ".0f"),
+    ("busy", "busy_fraction", 1.0, ".2f"),
+    ("batch", "mean_batch_size", 1.0, ".1f"),
+)
+
+
+def rate_text(rate: float | None) -> str:
+    """'2', '0.5', or 'trace' for a trace replayed as is."""
+    return "trace" if rate is None else f"{rate:g}"
+
+
+def run_id(label: str, rate: float | None, seed: int) -> str:
+    """The run's directory name: <label>__rate<r>__seed<s>."""
+    return f"{label}__rate{rate_text(rate)}__seed{seed}"
+
+
+def plain(value: Any) -> Any:
+    """JSON-safe: NaN / inf -> None, numpy scalars -> Python, dataclasses -> dicts."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return plain(dataclasses.asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write `data` as JSON atomically (a reader never sees a half-written file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(plain(data), indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_run(run_dir: Path, result: RunResult, config: Mapping[str, Any]) -> None:
+    """One run's records, steps, instances, events, summary and resolved config."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    result.records.to_parquet(run_dir / "records.parquet", index=False)
+    result.steps.to_parquet(run_dir / "steps.parquet", index=False)
+    result.instances.to_parquet(run_dir / "instances.parquet", index=False)
+    result.events.to_parquet(run_dir / "events.parquet", index=False)
+    write_json(run_dir / "summary.json", result.summary)
+    write_json(run_dir / "config.json", config)
+
+
+def summary_row(label: str, policy: str, rate: float | None, seed: int,
+                summary: Mapping[str, float]) -> dict[str, Any]:
+    """One row of summary.csv: the run's keys, then every summary metric."""
+    return {"run": run_id(label, rate, seed), "label": label, "policy": policy,
+            "rate": math.nan if rate is None else rate, "seed": seed, **summary}
+
+
+def write_summaries(out_dir: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Rewrite OUT/summary.csv and OUT/summary.json with every run so far."""
+    frame = pd.DataFrame(list(rows))
+    tmp = out_dir / "summary.csv.tmp"
+    frame.to_csv(tmp, index=False)
+    os.replace(tmp, out_dir / "summary.csv")
+    write_json(out_dir / "summary.json", list(rows))
+
+
+def _cell(value: Any, scale: float, fmt: str) -> str:
+    try:
+        number = float(value) * scale
+    except (TypeError, ValueError):
+        return "-"
+    return format(number, fmt) if math.isfinite(number) else "-"
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> str:
+    """One line per (policy label, rate), metrics averaged over seeds, policies in order."""
+    if not rows:
+        return "(no runs)"
+    frame = pd.DataFrame(list(rows))
+    keys = [key for _, key, _, _ in TABLE_COLUMNS]
+    grouped = frame.groupby(["label", "rate"], dropna=False, sort=False)[keys].mean()
+    lines = []
+    for label in labels:
+        for (lab, rate), values in grouped.iterrows():
+            if lab != label:
+                continue
+            cells = {head: _cell(values[key], scale, fmt)
+                     for head, key, scale, fmt in TABLE_COLUMNS}
+            rate_cell = "trace" if pd.isna(rate) else f"{rate:g}"
+            lines.append({"policy": label, "rate": rate_cell, **cells})
+    return pd.DataFrame(lines).to_string(index=False)
+
+
+def run_line(row: Mapping[str, Any], wall_s: float) -> str:
+    """A one-line digest of a finished run."""
+    return (f"{row['run']}: {row['completed']}/{row['num_requests']} done, "
+            f"{_cell(row['request_throughput'], 1, '.3f')} req/s, "
+            f"E2E mean {_cell(row['mean_e2e_s'], 1, '.2f')} s, "
+            f"p99 {_cell(row['p99_e2e_s'], 1, '.2f')} s ({wall_s:.1f} s wall)")
+
+
+def catalogue() -> str:
+    """Registered policies (Config fields and defaults), models, GPUs and trace formats."""
+    from policies.registry import get_policy, policy_names
+    from sim.hardware import GPUS
+    from sim.models import MODELS
+    from traces.paths import SHARED_TRACES
+    from traces.registry import TRACE_FORMATS
+    from traces.synthetic import LENGTH_PRESETS
+
+    lines = ["Policies:"]
+    for name in policy_names():
+        lines.append(f"  {name}")
+        for f in dataclasses.fields(get_policy(name).Config):
+            default = f.default if f.default is not dataclasses.MISSING else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else "?")
+            lines.append(f"      {f.name}: {f.type} = {default!r}")
+    lines += [f"Models: {', '.join(MODELS)}", f"GPUs: {', '.join(GPUS)}",
+              f"Trace formats: {', '.join(TRACE_FORMATS)}",
+              f"Shared traces: {', '.join(SHARED_TRACES)}",
+              f"Length presets: {', '.join(LENGTH_PRESETS)}"]
+    return "\n".join(lines)

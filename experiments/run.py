@@ -1,0 +1,207 @@
+"""Run a sweep from a YAML config: every policy x request rate x seed, results written as they land.
+
+    python -m experiments.run CONFIG [--set key.path=value ...] [--out DIR] [--list] [--no-progress]
+
+Each run writes OUT/runs/<label>__rate<r>__seed<s>/ (records.parquet, steps.parquet,
+instances.parquet, events.parquet, summary.json, config.json) and rewrites OUT/summary.csv and
+OUT/summary.json the moment it finishes. OUT defaults to results/<config name>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+import yaml
+from tqdm import tqdm
+
+from experiments.config import ExperimentConfig, PolicyEntry, experiment_from_dict, rebase
+from experiments.report import (catalogue, format_table, run_id, run_line, summary_row,
+                                write_json, write_run, write_summaries)
+from experiments.workload import build_workload, load_base_trace, trace_path
+from sim.cluster import ClusterSpec, build_executors
+from sim.errors import ConfigError, TraceError
+from sim.simulate import simulate
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a sweep."""
+
+    entry: PolicyEntry  # policy, label and parameters as configured
+    resolved: Any  # the policy's validated Config dataclass
+    rate: float | None  # req/s; None for a trace replayed as is
+    seed: int
+
+
+# ---- config loading and --set overrides ---------------------------------------------------
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Read a YAML config, apply `key.path=value` overrides, then resolve and validate it."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError("config", str(path), f"not valid YAML: {exc}") from None
+    raw = apply_overrides(raw if raw is not None else {}, overrides)
+    return experiment_from_dict(raw, path.stem)
+
+
+def apply_overrides(raw: Any, overrides: Sequence[str]) -> Any:
+    """A copy of `raw` with each `a.b.0.c=value` (value parsed as YAML) assigned."""
+    raw = copy.deepcopy(raw)
+    for text in overrides:
+        key_path, sep, value_text = text.partition("=")
+        if not sep or not key_path.strip():
+            raise ConfigError("--set", text, "expected key.path=value")
+        try:
+            value = yaml.safe_load(value_text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {key_path}", value_text, f"not valid YAML: {exc}") from None
+        keys = re.sub(r"\[(\d+)\]", r".\1", key_path.strip()).split(".")
+        node = raw
+        for depth, key in enumerate(keys[:-1]):
+            node = _child(node, key, ".".join(keys[: depth + 1]))
+        _assign(node, keys[-1], value, key_path)
+    return raw
+
+
+def _index(node: list, key: str, where: str) -> int:
+    if not key.isdigit() or int(key) >= len(node):
+        raise ConfigError(f"--set {where}", key, f"not an index of a list of {len(node)}")
+    return int(key)
+
+
+def _child(node: Any, key: str, where: str) -> Any:
+    """`node[key]`, creating an empty mapping for a missing or empty key of a mapping."""
+    if isinstance(node, list):
+        return node[_index(node, key, where)]
+    if not isinstance(node, dict):
+        raise ConfigError(f"--set {where}", node, "cannot descend into a non-mapping value")
+    if node.get(key) is None:
+        node[key] = {}
+    return node[key]
+
+
+def _assign(node: Any, key: str, value: Any, where: str) -> None:
+    if isinstance(node, list):
+        node[_index(node, key, where)] = value
+    elif isinstance(node, dict):
+        node[key] = value
+    else:
+        raise ConfigError(f"--set {where}", node, "cannot set a key of a non-mapping value")
+
+
+# ---- the sweep ------------------------------------------------------------------------------
+def check_cluster(spec: ClusterSpec) -> None:
+    """Build the executors once so that cost-model errors surface before any run."""
+    try:
+        build_executors(spec)
+    except ConfigError as err:
+        raise rebase("cluster", err) from None
+
+
+def run_sweep(cfg: ExperimentConfig, out_dir: Path, *, progress: bool = True) -> list[dict]:
+    """Run every (rate, seed, policy); write each run's results as soon as it finishes."""
+    specs = [(entry, entry.resolve(f"policies[{i}]")) for i, entry in enumerate(cfg.policies)]
+    check_cluster(cfg.cluster)
+    base = load_base_trace(cfg)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json(out_dir / "config.json", experiment_record(cfg))
+    rows: list[dict] = []
+    for rate in cfg.rates():
+        for seed in cfg.seeds:
+            trace = build_workload(cfg, base, rate, seed)
+            for entry, resolved in specs:
+                rows.append(run_one(cfg, RunSpec(entry, resolved, rate, seed), trace, out_dir,
+                                    progress=progress))
+                write_summaries(out_dir, rows)
+    return rows
+
+
+def run_one(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame, out_dir: Path, *,
+            progress: bool) -> dict:
+    """Simulate one run, write its directory, and return its summary row."""
+    name = run_id(spec.entry.label, spec.rate, spec.seed)
+    if len(trace) == 0:
+        raise TraceError(name, "the workload has no requests (check duration_s / max_requests)")
+    executors = build_executors(cfg.cluster)
+    start = time.perf_counter()
+    with tqdm(total=len(trace), desc=name, unit="req", leave=False,
+              disable=None if progress else True) as bar:
+        result = simulate(trace, spec.entry.name, spec.entry.params, executors, seed=spec.seed,
+                          on_done=bar.update)
+    wall_s = time.perf_counter() - start
+    write_run(out_dir / "runs" / name, result, run_record(cfg, spec, trace, wall_s))
+    row = summary_row(spec.entry.label, spec.entry.name, spec.rate, spec.seed, result.summary)
+    tqdm.write(run_line(row, wall_s))
+    return row
+
+
+def experiment_record(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The resolved experiment as a JSON-able dict (with the trace file's path)."""
+    record = dataclasses.asdict(cfg)
+    if cfg.workload.trace is not None:
+        record["workload"]["trace"]["resolved_path"] = trace_path(cfg.workload.trace)
+    return record
+
+
+def run_record(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
+               wall_s: float) -> dict[str, Any]:
+    """A run's config.json: the experiment plus this run's policy, rate, seed and workload."""
+    return {"experiment": experiment_record(cfg),
+            "run": {"label": spec.entry.label, "policy": spec.entry.name,
+                    "params": dataclasses.asdict(spec.resolved), "rate": spec.rate,
+                    "seed": spec.seed, "num_requests": len(trace), "wall_s": wall_s}}
+
+
+# ---- command line ---------------------------------------------------------------------------
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m experiments.run",
+                                     description="Run a policy x rate x seed sweep.")
+    parser.add_argument("config", nargs="?", help="YAML experiment config")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a config field, e.g. "
+                        "policies.0.params.batch_size=16 (value parsed as YAML); repeatable")
+    parser.add_argument("--out", help="output directory (default: results/<config name>/)")
+    parser.add_argument("--list", action="store_true",
+                        help="list policies, models, GPUs and trace formats, then exit")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    if not args.list and args.config is None:
+        parser.error("a CONFIG file is required (or --list)")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        print(catalogue())
+        return 0
+    try:
+        cfg = load_config(args.config, args.overrides)
+        out_dir = Path(args.out) if args.out else Path("results") / cfg.name
+        rows = run_sweep(cfg, out_dir, progress=not args.no_progress)
+    except (ConfigError, TraceError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; finished runs are already written", file=sys.stderr)
+        return 130
+    table = format_table(rows, [entry.label for entry in cfg.policies])
+    (out_dir / "table.txt").write_text(table + "\n", encoding="utf-8")
+    print(f"\n{cfg.name}: {len(rows)} runs -> {out_dir}\n{table}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The request trace of each run: a synthetic draw, or a trace file re-timed at a rate."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from experiments.config import ExperimentConfig, TraceWorkload
+from sim.errors import TraceError
+from traces.registry import load_trace, shared_trace_path
+from traces.synthetic import poisson_from_lengths, scale_rate, synthetic_trace
+
+
+def load_base_trace(cfg: ExperimentConfig) -> pd.DataFrame | None:
+    """The trace file's requests (loaded once per sweep); None for a synthetic workload."""
+    trace = cfg.workload.trace
+    if trace is None:
+        return None
+    path = shared_trace_path(trace.name) if trace.name is not None else trace.path
+    df = load_trace(path, trace.format, limit=trace.limit)
+    if len(df) == 0:
+        raise TraceError(str(path), "trace has no requests")
+    return df
+
+
+def trace_path(trace: TraceWorkload) -> str:
+    """Where the trace is read from (for reports)."""
+    return str(shared_trace_path(trace.name)) if trace.name is not None else str(trace.path)
+
+
+def build_workload(cfg: ExperimentConfig, base: pd.DataFrame | None, rate: float | None,
+                   seed: int) -> pd.DataFrame:
+    """The requests of one run at `rate` req/s (None: the trace as is), capped by the config."""
+    if cfg.workload.synthetic is not None:
+        assert rate is not None
+        df = synthetic_trace(cfg.workload.synthetic.at_rate(rate), seed)
+    else:
+        assert base is not None and cfg.workload.trace is not None
+        df = retime(base, cfg.workload.trace, rate, seed)
+    return cap(df, cfg.max_requests, cfg.duration_s)
+
+
+def retime(base: pd.DataFrame, trace: TraceWorkload, rate: float | None,
+           seed: int) -> pd.DataFrame:
+    """`base` replayed as is, sped up by rate_scale, or re-timed to `rate` req/s."""
+    if trace.retime == "poisson":
+        assert rate is not None
+        return poisson_from_lengths(base, rate, seed)
+    if trace.retime == "scale":
+        return scale_rate(base, target_rate_per_s=rate)
+    return scale_rate(base, trace.rate_scale) if trace.rate_scale != 1 else base.copy()
+
+
+def cap(df: pd.DataFrame, max_requests: int | None, duration_s: float | None) -> pd.DataFrame:
+    """The first `max_requests` arrivals within `duration_s` of the first arrival."""
+    if duration_s is not None and len(df):
+        start = float(df["arrival_s"].iloc[0])
+        df = df[df["arrival_s"] < start + duration_s]
+    if max_requests is not None:
+        df = df.head(max_requests)
+    return df.reset_index(drop=True)

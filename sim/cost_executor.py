@@ -1,0 +1,68 @@
+"""The simulation backend: an `Executor` whose step times come from the roofline cost model."""
+
+from __future__ import annotations
+
+import math
+from operator import mul
+
+import numpy as np
+
+from sim.cost_model import RooflineCostModel
+from sim.executor import InstanceInfo, Step, StepResult, truncate_ends
+
+
+class CostModelExecutor:
+    """Runs Steps instantly, reporting the times `RooflineCostModel` predicts.
+
+    KV usage is counted in tokens (no block rounding): a step fails with `oom=True` at the first
+    iteration after which its batch's KV footprint exceeds `kv_capacity_tokens`; that iteration's
+    time is charged as lost.
+    """
+
+    __slots__ = ("cost_model", "_capacity")
+
+    def __init__(self, cost_model: RooflineCostModel) -> None:
+        self.cost_model = cost_model  # the roofline model of one deployment
+        self._capacity = cost_model.deployment.kv_capacity_tokens  # tokens, whole instance
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """KV-cache capacity in tokens of the instance (all TP shards together)."""
+        return self._capacity
+
+    @property
+    def name(self) -> str:
+        """Human label, e.g. "llama-2-7b fp16 on A100-80GB x1"."""
+        return self.cost_model.deployment.name
+
+    def instance_info(self, instance_id: int) -> InstanceInfo:
+        """What a policy may know about this instance."""
+        return InstanceInfo(instance_id, self._capacity, self.name)
+
+    def _first_oom_iteration(self, first_kv: int, num_seqs: int, num_iterations: int) -> int:
+        """1-based iteration whose KV footprint first exceeds capacity, or 0 if none does."""
+        cap = self._capacity
+        if first_kv + (num_iterations - 1) * num_seqs <= cap:
+            return 0
+        if first_kv > cap:
+            return 1
+        return (cap - first_kv) // num_seqs + 2
+
+    def execute(self, step: Step, until_s: float = math.inf) -> StepResult:
+        """Model `step`; stop after the first iteration ending at or after `until_s` seconds."""
+        n, c = step.num_new_tokens, step.num_context_tokens
+        sum_n, sum_c, num_seqs = sum(n), sum(c), len(n)
+        oom_at = self._first_oom_iteration(sum_n + sum_c, num_seqs, step.num_iterations)
+        iterations = oom_at or step.num_iterations
+        times = self.cost_model.iteration_times_from_sums(
+            sum_n, sum_c, sum(map(mul, n, c)), sum(map(mul, n, n)), num_seqs,
+            sum(step.samples), iterations)
+        ends = times if iterations == 1 else np.cumsum(times)
+        if not oom_at:
+            kept = truncate_ends(ends, until_s)
+            return StepResult(float(kept[-1]), kept)
+        before = ends[: oom_at - 1]
+        if len(before) and before[-1] >= until_s:  # the step stops before it would fail
+            kept = truncate_ends(before, until_s)
+            return StepResult(float(kept[-1]), kept)
+        return StepResult(float(ends[oom_at - 1]), before, oom=True)

@@ -1,0 +1,302 @@
+"""Analytic roofline cost model of one inference iteration on one (tensor-parallel) instance.
+
+An iteration's time is a sum of stages, each a roofline max(FLOPs / (peak * compute_eff),
+bytes / (bandwidth * memory_eff)):
+  dense      linear layers: 2 FLOPs per weight per token (+ the lm_head only for sampled
+             sequences, as vLLM computes logits only where it samples); reads every weight once
+             per iteration plus `activation_bytes_factor` * hidden activations per token per layer;
+  dequant    weight-only int8/int4: each weight is dequantized on the vector (fp32) units;
+  attention  4 * head_dim FLOPs per (query, key) pair per head; reads the KV of every context
+             token, writes the KV of every new token;
+  allreduce  with tensor parallelism, 2 ring all-reduces of the hidden states per layer;
+  overhead   a fixed per-iteration cost plus a per-sequence cost (scheduling, sampling, launch).
+Efficiencies and overheads live in `CostModelConfig` and can be calibrated on real profiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from sim.errors import ConfigError, check_fraction, check_positive
+from sim.hardware import GPUSpec
+from sim.models import ModelSpec
+
+GIB = 2**30  # bytes per GiB
+QUANT_GROUP_SIZE = 128  # weights sharing one fp16 scale in int8/int4 weight-only quantization
+ACT_DTYPE_BYTES = 2  # bytes per activation element (fp16/bf16)
+WEIGHT_DTYPE_BYTES: Mapping[str, float] = MappingProxyType({  # bytes per weight, scales included
+    "fp16": 2.0, "bf16": 2.0,
+    "int8": 1.0 + 2.0 / QUANT_GROUP_SIZE, "int4": 0.5 + 2.0 / QUANT_GROUP_SIZE})
+KV_DTYPE_BYTES: Mapping[str, int] = MappingProxyType({"fp16": 2, "bf16": 2, "fp8": 1, "int8": 1})
+PROFILE_TOKENS = 8192  # tokens in vLLM's activation-profiling batch (max_num_batched_tokens)
+PROFILE_SEQS = 256  # sequences whose fp32 logits vLLM's profile holds (max_num_seqs)
+FIXED_RESERVE_BYTES = GIB  # bytes per GPU: CUDA context, cuBLAS workspace, CUDA graphs
+
+
+def weight_dtype_bytes(dtype: str) -> float:
+    """Bytes per weight for a weight dtype, per-group scales included."""
+    if dtype not in WEIGHT_DTYPE_BYTES:
+        raise ConfigError("weight_dtype", dtype, f"known: {', '.join(WEIGHT_DTYPE_BYTES)}")
+    return WEIGHT_DTYPE_BYTES[dtype]
+
+
+def kv_dtype_bytes(dtype: str) -> int:
+    """Bytes per KV-cache element for a KV dtype."""
+    if dtype not in KV_DTYPE_BYTES:
+        raise ConfigError("kv_dtype", dtype, f"known: {', '.join(KV_DTYPE_BYTES)}")
+    return KV_DTYPE_BYTES[dtype]
+
+
+def default_activation_reserve(model: ModelSpec, tensor_parallel: int) -> int:
+    """Bytes per GPU vLLM's profiling run would keep for activations and logits."""
+    per_token = (4 * model.hidden_size + 3 * model.intermediate_size // tensor_parallel)
+    logits = PROFILE_SEQS * model.vocab_size * 4 // tensor_parallel
+    return FIXED_RESERVE_BYTES + PROFILE_TOKENS * per_token * ACT_DTYPE_BYTES + logits
+
+
+@dataclass(frozen=True, slots=True)
+class CostModelConfig:
+    """Efficiency factors and overheads of the roofline model (calibratable)."""
+
+    compute_efficiency: float = 0.6  # fraction of peak tensor FLOP/s that matmuls achieve
+    memory_efficiency: float = 0.85  # fraction of peak HBM bytes/s that streaming achieves
+    interconnect_efficiency: float = 0.8  # fraction of interconnect bytes/s all-reduce achieves
+    step_overhead_s: float = 0.3e-3  # seconds per iteration (scheduler, launch, sampling)
+    per_seq_overhead_s: float = 0.0  # seconds per sequence per iteration
+    int8_dequant_ops_per_weight: float = 2.0  # vector FLOPs to dequantize one int8 weight
+    int4_dequant_ops_per_weight: float = 4.0  # vector FLOPs to dequantize one int4 weight
+    activation_bytes_factor: float = 10.0  # hidden-sized activations moved per token per layer
+
+    def __post_init__(self) -> None:
+        check_fraction("compute_efficiency", self.compute_efficiency)
+        check_fraction("memory_efficiency", self.memory_efficiency)
+        check_fraction("interconnect_efficiency", self.interconnect_efficiency)
+        for field in ("step_overhead_s", "per_seq_overhead_s", "int8_dequant_ops_per_weight",
+                      "int4_dequant_ops_per_weight", "activation_bytes_factor"):
+            value = getattr(self, field)
+            if not math.isfinite(value):
+                raise ConfigError(field, value, "must be finite")
+            check_positive(field, value, allow_zero=True)
+
+    def dequant_ops_per_weight(self, weight_dtype: str) -> float:
+        """Vector FLOPs per weight to dequantize `weight_dtype` (0 for fp16/bf16)."""
+        return {"int8": self.int8_dequant_ops_per_weight,
+                "int4": self.int4_dequant_ops_per_weight}.get(weight_dtype, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentSpec:
+    """One model instance: a model on a tensor-parallel group of identical GPUs.
+
+    KV capacity is in tokens for the whole instance (the TP group): every GPU holds its share of
+    the KV heads of every cached token, so the group caches as many tokens as one GPU has room for.
+    """
+
+    model: ModelSpec  # the served model's shape
+    gpu: GPUSpec  # each GPU of the tensor-parallel group
+    tensor_parallel: int = 1  # GPUs in the group
+    weight_dtype: str = "fp16"  # fp16, bf16, int8 or int4 (weight-only; embeddings stay fp16)
+    kv_dtype: str = "fp16"  # fp16, bf16, fp8 or int8
+    gpu_memory_utilization: float = 0.9  # fraction of each GPU's memory the instance may use
+    activation_reserve_bytes: int | None = None  # bytes per GPU; None: default_activation_reserve
+
+    def __post_init__(self) -> None:
+        tp, model = self.tensor_parallel, self.model
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            raise ConfigError("tensor_parallel", tp, "must be an int >= 1")
+        if model.num_attention_heads % tp:
+            raise ConfigError("tensor_parallel", tp, f"must divide {model.name}'s "
+                              f"num_attention_heads={model.num_attention_heads}")
+        if model.num_kv_heads % tp and tp % model.num_kv_heads:
+            raise ConfigError("tensor_parallel", tp, f"must divide or be a multiple of "
+                              f"{model.name}'s num_kv_heads={model.num_kv_heads}")
+        weight_dtype_bytes(self.weight_dtype)
+        kv_dtype_bytes(self.kv_dtype)
+        check_fraction("gpu_memory_utilization", self.gpu_memory_utilization)
+        if self.activation_reserve_bytes is None:
+            object.__setattr__(self, "activation_reserve_bytes",
+                               default_activation_reserve(model, tp))
+        check_positive("activation_reserve_bytes", self.activation_reserve_bytes, allow_zero=True)
+        self._check_fits()
+
+    def _check_fits(self) -> None:
+        if self.kv_bytes_per_gpu >= self.kv_bytes_per_token_per_gpu:
+            return
+        raise ConfigError("tensor_parallel", self.tensor_parallel, (
+            f"{self.model.name} {self.weight_dtype} weights need "
+            f"{self.weight_bytes_per_gpu / GIB:.1f} GiB per GPU at TP={self.tensor_parallel}, but "
+            f"{self.gpu.name} x {self.gpu_memory_utilization} gives "
+            f"{self.usable_bytes_per_gpu / GIB:.1f} GiB minus "
+            f"{self.activation_reserve_bytes / GIB:.1f} GiB activation reserve, leaving no room "
+            f"for KV; raise tensor_parallel or quantize the weights"))
+
+    @property
+    def name(self) -> str:
+        """Human label, e.g. "llama-2-7b fp16 on A100-80GB x1"."""
+        kv = "" if self.kv_dtype in ("fp16", "bf16") else f" kv-{self.kv_dtype}"
+        tp = self.tensor_parallel
+        return f"{self.model.name} {self.weight_dtype}{kv} on {self.gpu.name} x{tp}"
+
+    @property
+    def num_quantized_params(self) -> int:
+        """Weights stored in `weight_dtype`: the layers' linear layers (all GPUs together)."""
+        return self.model.num_layers * self.model.num_dense_params_per_layer
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of all weights over the whole group; embeddings, lm_head, norms in fp16."""
+        quantized = self.num_quantized_params
+        rest = self.model.num_params - quantized
+        return quantized * weight_dtype_bytes(self.weight_dtype) + rest * ACT_DTYPE_BYTES
+
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        """Bytes of weights each GPU holds (everything sharded evenly over the group)."""
+        return self.weight_bytes / self.tensor_parallel
+
+    @property
+    def kv_heads_per_gpu(self) -> int:
+        """KV heads each GPU caches; replicated when tensor_parallel > num_kv_heads."""
+        return max(1, self.model.num_kv_heads // self.tensor_parallel)
+
+    @property
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        """Bytes of K and V one cached token takes on each GPU."""
+        m = self.model
+        return 2 * m.num_layers * self.kv_heads_per_gpu * m.head_dim * kv_dtype_bytes(self.kv_dtype)
+
+    @property
+    def usable_bytes_per_gpu(self) -> float:
+        """Bytes of each GPU's memory the instance may use."""
+        return self.gpu.memory_bytes * self.gpu_memory_utilization
+
+    @property
+    def kv_bytes_per_gpu(self) -> float:
+        """Bytes per GPU left for the KV cache after weights and the activation reserve."""
+        reserve = self.activation_reserve_bytes or 0
+        return self.usable_bytes_per_gpu - self.weight_bytes_per_gpu - reserve
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """Tokens the whole instance (TP group) can cache."""
+        return int(self.kv_bytes_per_gpu // self.kv_bytes_per_token_per_gpu)
+
+
+@dataclass(frozen=True, slots=True)
+class StageCost:
+    """Work and modelled time of one stage of one iteration."""
+
+    flops: float  # FLOPs per GPU
+    bytes: float  # bytes moved per GPU (HBM, or interconnect for the all-reduce)
+    seconds: float  # modelled time of the stage
+
+
+class RooflineCostModel:
+    """Per-iteration times of a deployment; constants are folded once, calls stay cheap."""
+
+    __slots__ = ("deployment", "config", "_inv_c", "_inv_m", "_dense_fpt", "_lm_fps",
+                 "_layer_bytes", "_lm_bytes", "_act_bpt", "_dequant_s", "_attn_fpp", "_kv_bpt",
+                 "_ar_fixed_s", "_ar_bpt", "_ar_spt", "_step_s", "_seq_s")
+
+    def __init__(self, deployment: DeploymentSpec, config: CostModelConfig = CostModelConfig()):
+        self.deployment = deployment  # the instance modelled
+        self.config = config  # efficiencies and overheads
+        m, gpu, tp = deployment.model, deployment.gpu, deployment.tensor_parallel
+        layers_params = deployment.num_quantized_params / tp  # weights per GPU in layers
+        self._inv_c = 1.0 / (gpu.peak_tensor_flops * config.compute_efficiency)  # s/FLOP
+        self._inv_m = 1.0 / (gpu.hbm_bandwidth * config.memory_efficiency)  # s/byte
+        self._dense_fpt = 2.0 * layers_params  # FLOPs per token
+        self._lm_fps = 2.0 * m.vocab_size * m.hidden_size / tp  # FLOPs per sampled sequence
+        self._layer_bytes = layers_params * weight_dtype_bytes(deployment.weight_dtype)  # bytes
+        self._lm_bytes = m.num_embedding_params * ACT_DTYPE_BYTES / tp  # bytes
+        self._act_bpt = (config.activation_bytes_factor * m.hidden_size * ACT_DTYPE_BYTES
+                         * m.num_layers)  # bytes per token
+        self._dequant_s = (layers_params * config.dequant_ops_per_weight(deployment.weight_dtype)
+                           / gpu.peak_vector_flops)  # seconds per iteration
+        self._attn_fpp = 4.0 * m.num_layers * (m.num_attention_heads // tp) * m.head_dim  # FLOPs
+        self._kv_bpt = deployment.kv_bytes_per_token_per_gpu  # bytes per token
+        num_ar = 2 * m.num_layers if tp > 1 else 0  # all-reduces per iteration
+        self._ar_fixed_s = num_ar * gpu.interconnect_latency_s  # seconds
+        self._ar_bpt = num_ar * m.hidden_size * ACT_DTYPE_BYTES * 2 * (tp - 1) / tp  # bytes/token
+        self._ar_spt = self._ar_bpt / (gpu.interconnect_bandwidth
+                                       * config.interconnect_efficiency)  # s per token
+        self._step_s = config.step_overhead_s  # seconds
+        self._seq_s = config.per_seq_overhead_s  # seconds per sequence
+
+    def _dense_work(self, num_tokens: int, num_sampled: int) -> tuple[float, float]:
+        flops = self._dense_fpt * num_tokens + self._lm_fps * num_sampled
+        weights = self._layer_bytes + (self._lm_bytes if num_sampled else 0.0)
+        return flops, weights + self._act_bpt * num_tokens
+
+    def _first_time(self, num_tokens: int, sum_context: int, pairs: float, num_seqs: int,
+                    num_sampled: int) -> float:
+        """Seconds of one iteration from batch sums (pairs: attention (query, key) pairs)."""
+        if not num_tokens:
+            return self._step_s  # nothing to compute: no forward pass
+        inv_c, inv_m = self._inv_c, self._inv_m
+        d_flops, d_bytes = self._dense_work(num_tokens, num_sampled)
+        dense = max(d_flops * inv_c, d_bytes * inv_m)
+        kv_bytes = self._kv_bpt * (sum_context + num_tokens)
+        attn = max(self._attn_fpp * pairs * inv_c, kv_bytes * inv_m)
+        ar = self._ar_fixed_s + self._ar_spt * num_tokens
+        return dense + self._dequant_s + attn + ar + self._step_s + self._seq_s * num_seqs
+
+    def iteration_times_from_sums(self, num_tokens: int, sum_context: int, sum_new_x_context: int,
+                                  sum_new_squared: int, num_seqs: int, num_sampled: int,
+                                  num_iterations: int = 1) -> np.ndarray:
+        """`iteration_times` from batch sums: sum n_i, sum c_i, sum n_i*c_i, sum n_i**2."""
+        pairs = (2 * sum_new_x_context + sum_new_squared + num_tokens) * 0.5
+        first = self._first_time(num_tokens, sum_context, pairs, num_seqs, num_sampled)
+        if num_iterations == 1:
+            return np.array((first,))
+        b = num_seqs  # later iterations: one new token per sequence, all sampled
+        ctx = np.arange(num_iterations - 1, dtype=np.int64) * b + (sum_context + num_tokens)
+        d_flops, d_bytes = self._dense_work(b, b)
+        dense = max(d_flops * self._inv_c, d_bytes * self._inv_m)
+        attn = np.maximum(self._attn_fpp * (ctx + b) * self._inv_c,
+                          self._kv_bpt * (ctx + b) * self._inv_m)
+        rest = dense + self._dequant_s + attn + (self._ar_fixed_s + self._ar_spt * b)
+        rest += self._step_s
+        rest += self._seq_s * b
+        out = np.empty(num_iterations)
+        out[0] = first
+        out[1:] = rest if b else self._step_s  # an empty batch only pays the overhead
+        return out
+
+    def iteration_times(self, num_new_tokens: Sequence[int], num_context_tokens: Sequence[int],
+                        num_sampled: int, num_iterations: int = 1) -> np.ndarray:
+        """Seconds of each iteration of a step: iteration 1 computes the given chunks; each later
+        one computes one token per sequence whose context grew by the previous new tokens."""
+        n, c = tuple(num_new_tokens), tuple(num_context_tokens)
+        return self.iteration_times_from_sums(
+            sum(n), sum(c), sum(a * b for a, b in zip(n, c)), sum(a * a for a in n),
+            len(n), num_sampled, num_iterations)
+
+    def breakdown(self, num_new_tokens: Sequence[int], num_context_tokens: Sequence[int],
+                  num_sampled: int) -> dict[str, StageCost]:
+        """Per-stage FLOPs, bytes and seconds of one iteration; "total" sums the seconds and the
+        FLOPs and HBM bytes (all-reduce bytes cross the interconnect and are left out)."""
+        n, c = tuple(num_new_tokens), tuple(num_context_tokens)
+        tokens, sum_c = sum(n), sum(c)
+        pairs = sum(a * (b + (a + 1) / 2) for a, b in zip(n, c))
+        d_flops, d_bytes = self._dense_work(tokens, num_sampled)
+        a_flops, a_bytes = self._attn_fpp * pairs, self._kv_bpt * (sum_c + tokens)
+        dequant_flops = self._dequant_s * self.deployment.gpu.peak_vector_flops
+        stages = {
+            "dense": StageCost(d_flops, d_bytes,
+                               max(d_flops * self._inv_c, d_bytes * self._inv_m)),
+            "dequant": StageCost(dequant_flops, 0.0, self._dequant_s),
+            "attention": StageCost(a_flops, a_bytes,
+                                   max(a_flops * self._inv_c, a_bytes * self._inv_m)),
+            "allreduce": StageCost(0.0, self._ar_bpt * tokens,
+                                   self._ar_fixed_s + self._ar_spt * tokens),
+            "overhead": StageCost(0.0, 0.0, self._step_s + self._seq_s * len(n)),
+        }
+        total = sum(s.seconds for s in stages.values())
+        stages["total"] = StageCost(d_flops + dequant_flops + a_flops, d_bytes + a_bytes, total)
+        return stages

@@ -1,0 +1,208 @@
+"""Transformer shapes (no weights): enough to count parameters, FLOPs and KV-cache bytes.
+
+Built-in shapes come from the models' public config.json files. `model_from_hf_config` reads
+a local config.json (through transformers.AutoConfig when it is installed, plain JSON otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from sim.errors import ConfigError, check_positive
+
+# HF model types whose MLP is gated (SwiGLU / GeGLU: gate, up and down matrices).
+GATED_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen", "qwen2", "qwen3",
+                               "gemma", "gemma2", "internlm", "internlm2", "baichuan", "yi"})
+# Gated activations named by `hidden_act` in configs of other families.
+GATED_ACTS = frozenset({"silu", "swiglu", "swish"})
+# HF model types whose config class defaults tie_word_embeddings to False.
+UNTIED_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen", "qwen2", "baichuan"})
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer's shape."""
+
+    name: str  # canonical name, e.g. "llama-2-7b"
+    num_layers: int  # transformer blocks
+    hidden_size: int  # model width (elements)
+    num_attention_heads: int  # query heads
+    num_kv_heads: int  # key/value heads (== query heads for MHA, fewer for GQA/MQA)
+    head_dim: int  # elements per attention head
+    intermediate_size: int  # MLP width per matrix (elements)
+    vocab_size: int  # tokens in the vocabulary
+    gated_mlp: bool = True  # True: SwiGLU, 3 MLP matrices; False: plain GeLU MLP, 2 matrices
+    tie_word_embeddings: bool = False  # the lm_head shares the input embedding matrix
+    max_position_embeddings: int = 4096  # tokens, longest supported sequence
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("name", self.name, "model name must be non-empty")
+        for field in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
+                      "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(field, value, "must be an int")
+            check_positive(field, value)
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ConfigError("num_kv_heads", self.num_kv_heads,
+                              f"must divide num_attention_heads={self.num_attention_heads}")
+
+    @property
+    def num_attention_params_per_layer(self) -> int:
+        """Weights of the q, k, v and o projections of one layer."""
+        q_and_o = 2 * self.hidden_size * self.num_attention_heads * self.head_dim
+        k_and_v = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
+        return q_and_o + k_and_v
+
+    @property
+    def num_mlp_params_per_layer(self) -> int:
+        """Weights of the MLP matrices of one layer."""
+        return (3 if self.gated_mlp else 2) * self.hidden_size * self.intermediate_size
+
+    @property
+    def num_dense_params_per_layer(self) -> int:
+        """Weights of one layer's linear (matmul) layers: attention projections plus MLP."""
+        return self.num_attention_params_per_layer + self.num_mlp_params_per_layer
+
+    @property
+    def num_embedding_params(self) -> int:
+        """Weights of the input embedding (and of the lm_head, which has the same shape)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def num_norm_params(self) -> int:
+        """Weights of the two norms per layer and the final norm (biases are ignored)."""
+        return (2 * self.num_layers + 1) * self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        """All weights: layers, norms, embedding and lm_head (once if tied)."""
+        embeddings = self.num_embedding_params * (1 if self.tie_word_embeddings else 2)
+        return (self.num_layers * self.num_dense_params_per_layer + self.num_norm_params
+                + embeddings)
+
+    def kv_bytes_per_token(self, kv_dtype_bytes: float) -> float:
+        """Bytes of K and V cache one token holds across all layers and KV heads."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_dtype_bytes
+
+
+_BUILTIN = (
+    ModelSpec("chatglm-6b", 28, 4096, 32, 32, 128, 16384, 130528, gated_mlp=False,
+              tie_word_embeddings=True, max_position_embeddings=2048),
+    ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000, max_position_embeddings=4096),
+    ModelSpec("llama-2-13b", 40, 5120, 40, 40, 128, 13824, 32000, max_position_embeddings=4096),
+    ModelSpec("llama-2-70b", 80, 8192, 64, 8, 128, 28672, 32000, max_position_embeddings=4096),
+    ModelSpec("llama-3-8b", 32, 4096, 32, 8, 128, 14336, 128256, max_position_embeddings=8192),
+    # Qwen(1)-7B's config.json says intermediate_size=22016: the sum of its two MLP inputs.
+    ModelSpec("qwen-7b", 32, 4096, 32, 32, 128, 11008, 151936, max_position_embeddings=8192),
+    ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, max_position_embeddings=32768),
+)
+
+MODELS: Mapping[str, ModelSpec] = MappingProxyType({m.name: m for m in _BUILTIN})
+
+_ALIASES: Mapping[str, str] = MappingProxyType({
+    "thudm/chatglm-6b": "chatglm-6b",
+    "llama2-7b": "llama-2-7b", "meta-llama/llama-2-7b-hf": "llama-2-7b",
+    "meta-llama/llama-2-7b-chat-hf": "llama-2-7b",
+    "llama2-13b": "llama-2-13b", "meta-llama/llama-2-13b-hf": "llama-2-13b",
+    "meta-llama/llama-2-13b-chat-hf": "llama-2-13b",
+    "llama2-70b": "llama-2-70b", "meta-llama/llama-2-70b-hf": "llama-2-70b",
+    "meta-llama/llama-2-70b-chat-hf": "llama-2-70b",
+    "llama3-8b": "llama-3-8b", "meta-llama/meta-llama-3-8b": "llama-3-8b",
+    "meta-llama/meta-llama-3-8b-instruct": "llama-3-8b",
+    "qwen/qwen-7b": "qwen-7b", "qwen/qwen-7b-chat": "qwen-7b",
+    "mistralai/mistral-7b-v0.1": "mistral-7b", "mistralai/mistral-7b-instruct-v0.2": "mistral-7b",
+})
+
+
+def _lookup(name: str) -> ModelSpec | None:
+    key = name.strip().lower().replace("_", "-")
+    if key in MODELS:
+        return MODELS[key]
+    return MODELS[_ALIASES[key]] if key in _ALIASES else None
+
+
+def get_model(name: str) -> ModelSpec:
+    """Look a built-in model up by name or HF id, case-insensitively."""
+    spec = _lookup(name)
+    if spec is None:
+        raise ConfigError("model", name, f"unknown model; known: {', '.join(MODELS)}")
+    return spec
+
+
+def _read_config(config_dir: Path) -> dict[str, Any]:
+    """The config as a dict: via transformers.AutoConfig if importable, else plain JSON."""
+    try:
+        from transformers import AutoConfig  # lazy: heavy import, optional dependency
+    except ImportError:
+        AutoConfig = None
+    if AutoConfig is not None:
+        try:
+            return AutoConfig.from_pretrained(str(config_dir), local_files_only=True).to_dict()
+        except (ValueError, KeyError, OSError, TypeError):
+            pass  # unknown model_type (e.g. remote code): the raw JSON still has the shape
+    with open(config_dir / "config.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _first(cfg: Mapping[str, Any], keys: tuple[str, ...], default: Any = None) -> Any:
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return default
+
+
+def model_from_config_dict(cfg: Mapping[str, Any], name: str) -> ModelSpec:
+    """Map an HF config dict (Llama, Mistral, Qwen, Qwen2, ChatGLM, GPT-style) to a ModelSpec."""
+    model_type = str(cfg.get("model_type", "")).lower()
+    hidden = _first(cfg, ("hidden_size", "n_embd", "d_model"))
+    heads = _first(cfg, ("num_attention_heads", "n_head"))
+    layers = _first(cfg, ("num_hidden_layers", "num_layers", "n_layer"))
+    if hidden is None or heads is None or layers is None:
+        raise ConfigError("config", name, "needs hidden_size, num_attention_heads and layers")
+    kv_heads = _first(cfg, ("num_key_value_heads",), heads)
+    if cfg.get("multi_query_attention") and cfg.get("multi_query_group_num"):
+        kv_heads = cfg["multi_query_group_num"]  # ChatGLM2/3 style GQA
+    head_dim = _first(cfg, ("head_dim", "kv_channels"), hidden // heads)
+    inter = _first(cfg, ("intermediate_size", "ffn_hidden_size", "inner_hidden_size", "n_inner"),
+                   4 * hidden)
+    gated = model_type in GATED_MODEL_TYPES or str(cfg.get("hidden_act", "")).lower() in GATED_ACTS
+    gated = gated or (model_type == "chatglm" and "ffn_hidden_size" in cfg)  # ChatGLM2/3: SwiGLU
+    if model_type == "qwen":
+        inter //= 2  # Qwen(1) stores the sum of the two gated-MLP input widths
+    return ModelSpec(
+        name=name, num_layers=int(layers), hidden_size=int(hidden),
+        num_attention_heads=int(heads), num_kv_heads=int(kv_heads), head_dim=int(head_dim),
+        intermediate_size=int(inter),
+        vocab_size=int(_first(cfg, ("padded_vocab_size", "vocab_size"))),
+        gated_mlp=gated,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings",
+                                         model_type not in UNTIED_MODEL_TYPES)),
+        max_position_embeddings=int(_first(cfg, ("max_position_embeddings", "seq_length",
+                                                  "n_positions", "max_sequence_length"), 2048)),
+    )
+
+
+def model_from_hf_config(path_or_dir: str | Path) -> ModelSpec:
+    """Read a local HF `config.json` (or the folder holding it) into a ModelSpec."""
+    path = Path(path_or_dir)
+    config_dir = path.parent if path.is_file() else path
+    if not (config_dir / "config.json").is_file():
+        raise ConfigError("model", str(path_or_dir), "no config.json found there")
+    return model_from_config_dict(_read_config(config_dir), config_dir.name)
+
+
+def resolve_model(name_or_path: str | Path) -> ModelSpec:
+    """A built-in model by name, or a model read from an existing local config path."""
+    spec = _lookup(str(name_or_path))
+    if spec is not None:
+        return spec
+    if Path(name_or_path).exists():
+        return model_from_hf_config(name_or_path)
+    raise ConfigError("model", str(name_or_path),
+                      f"neither a built-in model nor an existing path; known: {', '.join(MODELS)}")

@@ -1,0 +1,50 @@
+"""Loader for Mooncake traces (kvcache-ai/Mooncake FAST25-release, Apache-2.0).
+
+Format: JSON lines `{"timestamp": ms, "input_length", "output_length", "hash_ids": [...]}`.
+Each hash id names one prompt block of `MOONCAKE_BLOCK_TOKENS` tokens; equal ids across
+requests are a shared prefix block. Arrivals become seconds after the earliest timestamp (the
+first line, in the sorted public files). Errors name the file and its 1-based line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import TraceError
+from traces.columns import to_block_ids, to_numeric, to_token_counts
+from traces.files import check_limit, existing_file, iter_jsonl
+from traces.schema import require_rows, validate_trace
+
+MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash id (prompt block)
+MOONCAKE_KEYS: tuple[str, ...] = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+def load_mooncake(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
+    """The trace at `path` in the schema, with `block_ids`; `limit` keeps the first records."""
+    path = existing_file(path)
+    check_limit(limit)
+    source = str(path)
+    columns: dict[str, list] = {key: [] for key in MOONCAKE_KEYS}
+    lines: list[int] = []
+    for lineno, obj in iter_jsonl(path, limit):
+        for key in MOONCAKE_KEYS:
+            if key not in obj:
+                raise TraceError(source, f"missing key {key!r} on line {lineno}",
+                                 row=lineno, field=key, value=None)
+            columns[key].append(obj[key])
+        lines.append(lineno)
+    raw = {key: pd.Series(vals, dtype=object) for key, vals in columns.items()}
+    stamps = to_numeric(raw["timestamp"], source=source, field="timestamp", lines=lines)
+    df = pd.DataFrame({
+        "arrival_s": (stamps - stamps.min()) / 1000.0 if stamps.size else stamps,
+        "prompt_tokens": to_token_counts(raw["input_length"], source=source,
+                                         field="input_length", lines=lines),
+        "output_tokens": to_token_counts(raw["output_length"], source=source,
+                                         field="output_length", lines=lines),
+        "block_ids": to_block_ids(raw["hash_ids"], source=source, field="hash_ids",
+                                  lines=lines),
+    })
+    return require_rows(validate_trace(df, source, lines=np.asarray(lines)), source)
