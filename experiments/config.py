@@ -15,10 +15,11 @@ from typing import Any, Mapping, Sequence
 
 from sim.cluster import ClusterSpec
 from sim.errors import ConfigError
+from sim.slo import SLO
 from traces.synthetic import LENGTH_PRESETS, LengthDist, SyntheticConfig
 
 TOP_LEVEL_KEYS = ("name", "workload", "cluster", "policies", "request_rates", "seeds",
-                  "max_requests", "duration_s")
+                  "max_requests", "duration_s", "slo")
 RETIMINGS = ("none", "poisson", "scale")  # raw replay | Poisson at each rate | rescale to rate
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -154,6 +155,7 @@ class PolicyEntry:
     name: str  # a policies.registry name
     label: str  # display / directory name (default: the policy name)
     params: dict[str, Any] = field(default_factory=dict)  # the policy's Config fields
+    cluster: dict[str, Any] = field(default_factory=dict)  # ClusterSpec fields it overrides
 
     def resolve(self, where: str) -> Any:
         """The policy's validated Config; errors named under `where` (e.g. policies[0])."""
@@ -180,6 +182,7 @@ class ExperimentConfig:
     seeds: tuple[int, ...] = (0,)
     max_requests: int | None = None  # cap on requests per run (first N arrivals)
     duration_s: float | None = None  # cap on arrivals per run (seconds after the first)
+    slo: SLO | None = None  # latency targets: every run reports goodput; capacity search uses them
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
@@ -202,6 +205,7 @@ class ExperimentConfig:
         labels: set[str] = set()
         for i, entry in enumerate(self.policies):
             entry.resolve(f"policies[{i}]")
+            self.cluster_for(entry, f"policies[{i}].cluster")
             if not isinstance(entry.label, str) or not NAME_PATTERN.match(entry.label):
                 raise ConfigError(f"policies[{i}].label", entry.label,
                                   "must be letters, digits, '_', '.' or '-'")
@@ -224,6 +228,13 @@ class ExperimentConfig:
             for rate in self.request_rates:
                 self.workload.synthetic.at_rate(rate)
 
+    def cluster_for(self, entry: PolicyEntry, where: str = "cluster") -> ClusterSpec:
+        """The cluster a policy entry runs on: the experiment's, with the entry's overrides
+        (e.g. `weight_dtype: int8` for a quantized baseline)."""
+        if not entry.cluster:
+            return self.cluster
+        return cluster_from_dict({**dataclasses.asdict(self.cluster), **entry.cluster}, where)
+
     def rates(self) -> list[float | None]:
         """The sweep's rates; [None] for a trace replayed as is."""
         return list(self.request_rates) if self.request_rates else [None]
@@ -241,7 +252,9 @@ def experiment_from_dict(raw: object, default_name: str) -> ExperimentConfig:
                        enumerate(listed("policies", raw.get("policies")))),
         request_rates=tuple(listed("request_rates", raw.get("request_rates"))),
         seeds=tuple(listed("seeds", raw.get("seeds", [0]))),
-        max_requests=raw.get("max_requests"), duration_s=raw.get("duration_s"))
+        max_requests=raw.get("max_requests"), duration_s=raw.get("duration_s"),
+        slo=None if raw.get("slo") is None else build(SLO, "slo", mapping("slo", raw["slo"]),
+                                                      "slo."))
 
 
 def listed(where: str, value: object) -> list[Any]:
@@ -306,17 +319,17 @@ def workload_from_dict(value: object) -> WorkloadConfig:
     return WorkloadConfig(synthetic, trace)
 
 
-def cluster_from_dict(value: object) -> ClusterSpec:
+def cluster_from_dict(value: object, where: str = "cluster") -> ClusterSpec:
     """A ClusterSpec whose model and GPU are known (built-in, or a model config path)."""
     from sim.hardware import get_gpu
     from sim.models import resolve_model
 
-    spec: ClusterSpec = build(ClusterSpec, "cluster", mapping("cluster", value))
+    spec: ClusterSpec = build(ClusterSpec, where, mapping(where, value), "cluster.")
     try:
         resolve_model(spec.model)
         get_gpu(spec.gpu)
     except ConfigError as err:
-        raise rebase("cluster", err) from None
+        raise rebase(where, err) from None
     return spec
 
 
@@ -325,8 +338,9 @@ def policy_from_dict(index: int, value: object) -> PolicyEntry:
     if isinstance(value, str):
         value = {"name": value}
     raw = mapping(where, value)
-    check_keys(where, raw, ("name", "label", "params"))
+    check_keys(where, raw, ("name", "label", "params", "cluster"))
     if not isinstance(raw.get("name"), str):
         raise ConfigError(f"{where}.name", raw.get("name"), "must be a policy name")
     params = mapping(f"{where}.params", raw.get("params"))
-    return PolicyEntry(raw["name"], raw.get("label", raw["name"]), params)
+    cluster = mapping(f"{where}.cluster", raw.get("cluster"))
+    return PolicyEntry(raw["name"], raw.get("label", raw["name"]), params, cluster)

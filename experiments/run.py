@@ -1,6 +1,8 @@
 """Run a sweep from a YAML config: every policy x request rate x seed, results written as they land.
 
     python -m experiments.run CONFIG [--set key.path=value ...] [--out DIR] [--list] [--no-progress]
+    python -m experiments.run CONFIG --capacity    (capacity search instead, experiments/capacity.py)
+    python -m experiments.run CONFIG --backend real (replay on the torch engine, real/)
 
 Each run writes OUT/runs/<label>__rate<r>__seed<s>/ (records.parquet, steps.parquet,
 instances.parquet, events.parquet, summary.json, config.json) and rewrites OUT/summary.csv and
@@ -30,6 +32,7 @@ from experiments.workload import build_workload, load_base_trace, trace_path
 from sim.cluster import ClusterSpec, build_executors
 from sim.errors import ConfigError, TraceError
 from sim.simulate import simulate
+from sim.slo import slo_summary
 
 
 @dataclass(frozen=True)
@@ -102,18 +105,24 @@ def _assign(node: Any, key: str, value: Any, where: str) -> None:
 
 
 # ---- the sweep ------------------------------------------------------------------------------
-def check_cluster(spec: ClusterSpec) -> None:
+def check_cluster(spec: ClusterSpec, where: str = "cluster") -> None:
     """Build the executors once so that cost-model errors surface before any run."""
     try:
-        build_executors(spec)
+        if spec.backend == "real":  # building loads a model: check its options only
+            from real.options import check_real_cluster
+            check_real_cluster(spec)
+        else:
+            build_executors(spec)
     except ConfigError as err:
-        raise rebase("cluster", err) from None
+        raise rebase(where, err) from None
 
 
 def run_sweep(cfg: ExperimentConfig, out_dir: Path, *, progress: bool = True) -> list[dict]:
     """Run every (rate, seed, policy); write each run's results as soon as it finishes."""
     specs = [(entry, entry.resolve(f"policies[{i}]")) for i, entry in enumerate(cfg.policies)]
     check_cluster(cfg.cluster)
+    for i, entry in enumerate(cfg.policies):
+        check_cluster(cfg.cluster_for(entry), f"policies[{i}].cluster")
     base = load_base_trace(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(out_dir / "config.json", experiment_record(cfg))
@@ -134,13 +143,19 @@ def run_one(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame, out_dir: 
     name = run_id(spec.entry.label, spec.rate, spec.seed)
     if len(trace) == 0:
         raise TraceError(name, "the workload has no requests (check duration_s / max_requests)")
-    executors = build_executors(cfg.cluster)
+    cluster = cfg.cluster_for(spec.entry)
+    executors = build_executors(cluster)
+    replay = simulate
+    if cluster.backend == "real":  # the torch engine; the clock advances by measured times
+        from real.replay import replay
     start = time.perf_counter()
     with tqdm(total=len(trace), desc=name, unit="req", leave=False,
               disable=None if progress else True) as bar:
-        result = simulate(trace, spec.entry.name, spec.entry.params, executors, seed=spec.seed,
-                          on_done=bar.update)
+        result = replay(trace, spec.entry.name, spec.entry.params, executors, seed=spec.seed,
+                        on_done=bar.update)
     wall_s = time.perf_counter() - start
+    if cfg.slo is not None:
+        result.summary.update(slo_summary(result.records, result.summary, cfg.slo))
     write_run(out_dir / "runs" / name, result, run_record(cfg, spec, trace, wall_s))
     row = summary_row(spec.entry.label, spec.entry.name, spec.rate, spec.seed, result.summary)
     tqdm.write(run_line(row, wall_s))
@@ -161,7 +176,8 @@ def run_record(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
     return {"experiment": experiment_record(cfg),
             "run": {"label": spec.entry.label, "policy": spec.entry.name,
                     "params": dataclasses.asdict(spec.resolved), "rate": spec.rate,
-                    "seed": spec.seed, "num_requests": len(trace), "wall_s": wall_s}}
+                    "seed": spec.seed, "num_requests": len(trace), "wall_s": wall_s,
+                    "cluster": dataclasses.asdict(cfg.cluster_for(spec.entry))}}
 
 
 # ---- command line ---------------------------------------------------------------------------
@@ -176,9 +192,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--list", action="store_true",
                         help="list policies, models, GPUs and trace formats, then exit")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--backend", choices=("sim", "real"), default=None,
+                        help="override cluster.backend: sim (cost model) or real (torch engine)")
+    parser.add_argument("--capacity", action="store_true", help="search each policy's highest "
+                        "rate meeting the config's slo: (see python -m experiments.capacity -h)")
     args = parser.parse_args(argv)
     if not args.list and args.config is None:
         parser.error("a CONFIG file is required (or --list)")
+    if args.backend is not None:
+        args.overrides.append(f"cluster.backend={args.backend}")
     return args
 
 
@@ -187,6 +209,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         print(catalogue())
         return 0
+    if args.capacity:
+        from experiments.capacity import main as capacity_main
+        return capacity_main([args.config, *(f"--set={o}" for o in args.overrides),
+                              *([f"--out={args.out}"] if args.out else []),
+                              *(["--no-progress"] if args.no_progress else [])])
     try:
         cfg = load_config(args.config, args.overrides)
         out_dir = Path(args.out) if args.out else Path("results") / cfg.name

@@ -1,13 +1,16 @@
 """The policy interface: the scheduler side of the engine loop.
 
 The engine calls `add_request` on each arrival, `next_step` whenever an instance is idle, and
-`update` with the executor's result when a step ends. A policy owns its queues and KV accounting;
+`update` with the executor's result when a step ends. A policy that holds work back (a batching
+delay) names the time it wants an idle instance woken with `next_wakeup_s`, and `drain` tells it
+that no request will arrive any more. A policy owns its queues and KV accounting;
 it never sees time advance except through these calls, so the same policy drives the SimPy cost
 model and the real torch engine.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
@@ -52,6 +55,14 @@ class Policy(ABC):
     @abstractmethod
     def num_reserved_kv_tokens(self, instance_id: int) -> int:
         """KV tokens reserved or allocated on the instance now (never above its capacity)."""
+
+    def next_wakeup_s(self, instance_id: int, now: float) -> float:
+        """After `next_step` returned None: the absolute time (seconds, > now) at which the idle
+        instance should ask again even if nothing arrives or ends; math.inf for never."""
+        return math.inf
+
+    def drain(self, now: float) -> None:
+        """No request will arrive after `now`: release anything held back for more arrivals."""
 
     # ---- helpers shared by policies ---------------------------------------------------
     @property

@@ -22,6 +22,13 @@ from policies.base import Policy, PolicyConfig
 BUILTIN_POLICIES: dict[str, str] = {
     "vanilla": "policies.vanilla",
     "orca": "policies.orca",
+    "dynamic": "policies.dynamic",
+    "vllm": "policies.vllm",
+    "sarathi": "policies.sarathi",
+    "ccb": "policies.ccb",
+    "glp": "policies.magnus.policy",
+    "abp": "policies.magnus.policy",
+    "magnus": "policies.magnus.policy",
 }
 
 _REGISTRY: dict[str, type[Policy]] = {}

@@ -1,4 +1,10 @@
-"""A cluster description (model, GPU, parallelism, precision, instances) and its executors."""
+"""A cluster description (model, GPU, parallelism, precision, instances) and its executors.
+
+`backend: sim` (default) models step times with the roofline cost model, or with a calibrated
+one when `cost_model: {calibration: FILE}` names a `python -m real.calibrate` file
+(`sim/calibrated.py`); `backend: real` runs the torch engine (`real/`, options in `real:`), which
+is imported only then.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from sim.errors import ConfigError, check_fraction, check_positive
+
+BACKENDS = ("sim", "real")  # cost model | the real torch engine
 
 
 @dataclass(frozen=True)
@@ -20,15 +28,27 @@ class ClusterSpec:
     kv_dtype: str = "fp16"  # fp16 | bf16 | fp8 | int8
     gpu_memory_utilization: float = 0.9  # fraction of GPU memory for weights + KV + activations
     cost_model: Mapping[str, Any] = field(default_factory=dict)  # CostModelConfig overrides
+    backend: str = "sim"  # sim: cost model | real: the torch engine (needs torch)
+    real: Mapping[str, Any] = field(default_factory=dict)  # real.options.RealOptions fields
 
     def __post_init__(self) -> None:
         check_positive("cluster.num_instances", self.num_instances)
         check_positive("cluster.tensor_parallel", self.tensor_parallel)
         check_fraction("cluster.gpu_memory_utilization", self.gpu_memory_utilization)
+        if self.backend not in BACKENDS:
+            raise ConfigError("cluster.backend", self.backend, f"one of {', '.join(BACKENDS)}")
 
 
 def build_executors(spec: ClusterSpec) -> list:
-    """One cost-model executor per instance (they share one immutable cost model)."""
+    """One executor per instance: cost-model ones share one immutable cost model."""
+    if spec.backend == "real":
+        from real.options import build_real_executors  # lazy: torch only for this backend
+
+        return build_real_executors(spec)
+    if "calibration" in spec.cost_model:
+        from sim.calibrated import build_calibrated_executors
+
+        return build_calibrated_executors(spec.cost_model, spec.num_instances)
     from sim.cost_executor import CostModelExecutor
     from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
     from sim.hardware import get_gpu

@@ -95,7 +95,23 @@ class Simulation:
                 state.done(1)
             state.wake_all()
         state.arrivals_done = True
+        self.policy.drain(env.now)
         state.wake_all()
+
+    def _sleep(self, instance_id: int, state: _State):
+        """Idle until an arrival or a step end wakes the instance, or the policy's wake-up time."""
+        env = self.env
+        wake = state.idle[instance_id] = env.event()
+        at = self.policy.next_wakeup_s(instance_id, env.now)
+        if at == math.inf:
+            yield wake
+            return
+        if not at > env.now:
+            raise RuntimeError(f"policy {self.policy.name!r} asked to be woken at {at!r} s, "
+                               f"not after now={env.now!r} s")
+        yield wake | env.timeout(at - env.now)
+        if state.idle.get(instance_id) is wake:
+            del state.idle[instance_id]
 
     def _serve(self, instance_id: int, executor: Executor, st: InstanceStats, state: _State):
         env, policy, rec = self.env, self.policy, self.recorder
@@ -104,8 +120,7 @@ class Simulation:
             if step is None:
                 if state.arrivals_done and state.num_done >= state.total:
                     return
-                state.idle[instance_id] = env.event()
-                yield state.idle[instance_id]
+                yield from self._sleep(instance_id, state)
                 continue
             until = state.next_arrival_s - env.now if step.stop_on_arrival else math.inf
             result = executor.execute(step, until)

@@ -11,6 +11,7 @@ from sim.errors import ConfigError
 from traces.azure import AZURE_COLUMNS, load_azure
 from traces.files import existing_file, open_text, peek_jsonl
 from traces.generic import load_csv, load_jsonl, load_parquet
+from traces.magnus_workload import load_magnus_trace
 from traces.mooncake import load_mooncake
 from traces.paths import default_data_dir, shared_trace_path
 
@@ -25,6 +26,7 @@ TRACE_FORMATS: dict[str, TraceLoader] = {
     "csv": load_csv,
     "parquet": load_parquet,
     "jsonl": load_jsonl,
+    "magnus_apps": load_magnus_trace,
 }
 
 _JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")

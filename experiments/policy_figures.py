@@ -1,0 +1,222 @@
+"""The published directions of docs/policies.md, as scenarios, and the script drawing its figures.
+
+    python -m experiments.policy_figures [--out docs/figures] [--num-requests 1000]
+
+Each scenario fixes a cluster, a workload at a given Poisson rate, the policies compared and an
+SLO; tests/test_directions.py checks the same scenarios on smaller workloads. The script prints
+every number it plots and writes docs/figures/policies_*.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from experiments.capacity import Capacity, SearchConfig, search_capacity
+from sim.cluster import ClusterSpec, build_executors
+from sim.simulate import simulate
+from sim.slo import SLO, meets_slo, slo_summary
+from traces.synthetic import LENGTH_PRESETS, LengthDist, SyntheticConfig, synthetic_trace
+
+Workload = Callable[[float, int, int], pd.DataFrame]  # (rate req/s, requests, seed) -> trace
+LONG_PROMPTS = (LengthDist("lognormal", mean=2048.0, cv=0.5, min_tokens=256, max_tokens=4096),
+                LengthDist("lognormal", mean=128.0, cv=0.8, max_tokens=1024))  # (prompt, output)
+
+
+def preset_workload(prompt: LengthDist, output: LengthDist) -> Workload:
+    """Poisson arrivals with the given length distributions."""
+    def draw(rate: float, n: int, seed: int) -> pd.DataFrame:
+        return synthetic_trace(SyntheticConfig(rate_per_s=rate, num_requests=n, prompt=prompt,
+                                               output=output), seed)
+    return draw
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Policies compared on one cluster and workload, under one SLO."""
+
+    title: str  # figure title
+    cluster: ClusterSpec  # the served model and GPU
+    workload: Workload  # the requests at a rate
+    policies: Mapping[str, tuple[str, dict[str, Any]]]  # label -> (policy name, params)
+    slo: SLO  # what the capacity search must meet
+    rates: tuple[float, ...] = ()  # req/s swept in the figure
+    executors: list = field(default_factory=list, compare=False)  # built once, shared
+
+    def run(self, label: str, rate: float, num_requests: int, seed: int = 0) -> dict[str, float]:
+        """One simulation's summary, with goodput and whether it met the SLO."""
+        if not self.executors:
+            self.executors.extend(build_executors(self.cluster))
+        name, params = self.policies[label]
+        res = simulate(self.workload(rate, num_requests, seed), name, params, self.executors,
+                       seed=seed)
+        return {**res.summary, **slo_summary(res.records, res.summary, self.slo)}
+
+    def capacity(self, label: str, num_requests: int,
+                 search: SearchConfig = SearchConfig(min_rate=0.125, rel_tol=0.05)) -> Capacity:
+        """The highest rate meeting the SLO (bisection, see experiments/capacity.py)."""
+        return search_capacity(
+            lambda rate: meets_slo(self.run(label, rate, num_requests), self.slo), search)
+
+
+ORCA_MAX = ("orca", {"max_batch_size": 256, "max_tokens": 2048})  # the vLLM paper's Orca (Max)
+SHAREGPT = preset_workload(*LENGTH_PRESETS["sharegpt"])
+PAGED = Scenario(  # the vLLM paper's setting: a 13B model on one A100-40GB, ShareGPT lengths
+    "vLLM vs Orca (Max): llama-2-13b, A100-40GB, ShareGPT lengths",
+    ClusterSpec(model="llama-2-13b", gpu="A100-40GB"), SHAREGPT,
+    {"vllm": ("vllm", {}), "orca-max": ORCA_MAX}, SLO(normalized_latency_mean_s=0.05),
+    (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0))
+PAGED_80GB = Scenario(  # memory is plentiful: the gap narrows
+    "vLLM vs Orca (Max): llama-2-7b, A100-80GB, ShareGPT lengths",
+    ClusterSpec(model="llama-2-7b", gpu="A100-80GB"), SHAREGPT,
+    {"vllm": ("vllm", {}), "orca-max": ORCA_MAX}, SLO(normalized_latency_mean_s=0.05),
+    (2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0))
+CHUNKED = Scenario(
+    "Sarathi-Serve vs vLLM: llama-2-7b, A100-80GB, prompts ~2k tokens",
+    ClusterSpec(model="llama-2-7b", gpu="A100-80GB"), preset_workload(*LONG_PROMPTS),
+    {"vllm": ("vllm", {}), "sarathi": ("sarathi", {"token_budget": 512})},
+    SLO(ttft_p90_s=2.0, tbt_p99_s=0.1), (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0))
+DYNAMIC = Scenario(
+    "Dynamic vs static batching: llama-2-7b, A100-80GB, Alpaca lengths, batches of 8",
+    ClusterSpec(model="llama-2-7b", gpu="A100-80GB"),
+    preset_workload(*LENGTH_PRESETS["alpaca"]),
+    {"static (full batches)": ("dynamic", {"batch_size": 8, "max_batch_delay_ms": None}),
+     "dynamic (100 ms)": ("dynamic", {"batch_size": 8, "max_batch_delay_ms": 100.0}),
+     "vanilla (greedy)": ("vanilla", {"batch_size": 8})},
+    SLO(e2e_p99_s=10.0), (0.25, 0.5, 1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 32.0))
+QUANT_GPU, QUANT_MODEL, QUANT_SEQ = "V100-32GB", "llama-2-7b", (512, 512)  # prompt, output tokens
+
+
+def quantized_run(weight_dtype: str, batch_size: int,
+                  num_requests: int | None = None) -> dict[str, float]:
+    """`vanilla` (OOM batches split) on requests of QUANT_SEQ tokens all waiting at t=0
+    (default: four full batches)."""
+    num_requests = 4 * batch_size if num_requests is None else num_requests
+    cluster = ClusterSpec(model=QUANT_MODEL, gpu=QUANT_GPU, weight_dtype=weight_dtype)
+    trace = pd.DataFrame({"arrival_s": np.zeros(num_requests),
+                          "prompt_tokens": QUANT_SEQ[0], "output_tokens": QUANT_SEQ[1]})
+    executors = build_executors(cluster)
+    res = simulate(trace, "vanilla", {"batch_size": batch_size, "on_oom": "split"}, executors)
+    return {**res.summary, "kv_capacity_tokens": executors[0].kv_capacity_tokens}
+
+
+# ---- figures ---------------------------------------------------------------------------------
+def sweep(scn: Scenario, key: str, n: int) -> dict[str, list[float]]:
+    """`key` of the run summary at every rate of the scenario, per policy label."""
+    out = {label: [scn.run(label, rate, n)[key] for rate in scn.rates] for label in scn.policies}
+    for label, values in out.items():
+        print(f"  {label:24s} {key}: " + ", ".join(f"{r:g}:{v:.4g}"
+                                                   for r, v in zip(scn.rates, values)))
+    return out
+
+
+def capacities(scn: Scenario, n: int) -> dict[str, float]:
+    caps = {label: scn.capacity(label, n).capacity_rps for label in scn.policies}
+    print(f"  capacity under {scn.slo.bounds()}: " +
+          ", ".join(f"{k} {v:.3g} req/s" for k, v in caps.items()))
+    return caps
+
+
+def curve_panel(ax, scn: Scenario, values: dict[str, list[float]], caps: dict[str, float] | None,
+                ylabel: str, bound: float | None, log: bool = False) -> None:
+    for label, ys in values.items():
+        line, = ax.plot(scn.rates, ys, marker="o", label=label)
+        if caps:
+            ax.axvline(caps[label], color=line.get_color(), ls=":", lw=1)
+    if bound is not None:
+        ax.axhline(bound, color="grey", ls="--", lw=1, label="SLO")
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel("request rate (req/s)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(scn.title, fontsize=8)
+    ax.legend(fontsize=7)
+
+
+def draw_paged(out: Path, n: int) -> None:
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, scn in zip(axes, (PAGED, PAGED_80GB)):
+        print(scn.title)
+        key = "mean_normalized_latency_s"
+        curve_panel(ax, scn, sweep(scn, key, n), capacities(scn, n),
+                    "mean normalized latency (s/token)", scn.slo.normalized_latency_mean_s, True)
+    save(fig, out / "policies_vllm_vs_orca.png")
+
+
+def draw_chunked(out: Path, n: int) -> None:
+    import matplotlib.pyplot as plt
+    print(CHUNKED.title)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    caps = capacities(CHUNKED, n)
+    curve_panel(axes[0], CHUNKED, sweep(CHUNKED, "p99_itl_s", n), caps, "P99 TBT (s)",
+                CHUNKED.slo.tbt_p99_s, True)
+    curve_panel(axes[1], CHUNKED, sweep(CHUNKED, "p90_ttft_s", n), caps, "P90 TTFT (s)",
+                CHUNKED.slo.ttft_p90_s, True)
+    save(fig, out / "policies_sarathi_vs_vllm.png")
+
+
+def draw_dynamic(out: Path, n: int) -> None:
+    import matplotlib.pyplot as plt
+    print(DYNAMIC.title)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    curve_panel(ax, DYNAMIC, sweep(DYNAMIC, "mean_e2e_s", n), None, "mean E2E latency (s)",
+                None, True)
+    ax.set_xscale("log")
+    save(fig, out / "policies_dynamic_vs_vanilla.png")
+
+
+def draw_quantized(out: Path) -> None:
+    import matplotlib.pyplot as plt
+    print(f"vanilla on {QUANT_GPU}, {QUANT_MODEL}, requests of {QUANT_SEQ} tokens")
+    sizes = list(range(8, 65, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for dtype in ("fp16", "int8", "int4"):
+        runs = [quantized_run(dtype, b) for b in sizes]
+        fits = runs[0]["kv_capacity_tokens"] // sum(QUANT_SEQ)
+        print(f"  {dtype}: KV {runs[0]['kv_capacity_tokens']} tokens, largest batch {fits}; "
+              + ", ".join(f"b{b}:{r['mean_batch_size']:.1f}/{r['output_throughput']:.0f}tok/s"
+                          for b, r in zip(sizes, runs)))
+        axes[0].plot(sizes, [r["mean_batch_size"] for r in runs], marker="o", label=dtype)
+        axes[1].plot(sizes, [r["output_throughput"] for r in runs], marker="o",
+                     label=f"{dtype} (fits {fits})")
+    axes[0].set_ylabel("batch size run (mean over iterations)")
+    axes[1].set_ylabel("output tokens / s")
+    for ax in axes:
+        ax.set_xlabel("configured batch_size")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Quantized vanilla (VSQ): {QUANT_MODEL} on {QUANT_GPU}, "
+                 f"{QUANT_SEQ[0]}+{QUANT_SEQ[1]}-token requests, OOM batches split", fontsize=9)
+    save(fig, out / "policies_quantized_vanilla.png")
+
+
+def save(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"  -> {path}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import matplotlib
+    matplotlib.use("Agg")
+    parser = argparse.ArgumentParser(prog="python -m experiments.policy_figures")
+    parser.add_argument("--out", default="docs/figures", help="folder for the PNGs")
+    parser.add_argument("--num-requests", type=int, default=1000, help="requests per run")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    draw_paged(out, args.num_requests)
+    draw_chunked(out, args.num_requests)
+    draw_dynamic(out, args.num_requests)
+    draw_quantized(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""Validate the calibrated simulator against the real engine on the same trace slice and policies.
+
+    python -m experiments.validate CONFIG [--out DIR] [--calibration FILE] [--set key=value ...]
+
+CONFIG is an experiment config (the format of experiments/run.py) whose cluster describes the
+real engine (`backend: real`, options under `real:`), plus a `validate:` section:
+
+    validate:
+      clip_prompt_tokens: 256      # cap each request's prompt (short CPU runs); null: no cap
+      clip_output_tokens: 32       # cap each request's outputs; null: no cap
+      profile: {quick: true, reps: 3}   # grid timed on the same engine before the runs
+      calibration: null            # an existing calibration file instead (skips profiling)
+      kinds: [roofline, learned]   # calibrated models to validate
+      all_policies: false          # also run every other registered policy (default params)
+
+For each policy the trace is replayed on the real engine (clock advanced by measured step times)
+and simulated with each calibrated model at the engine's KV capacity and block size. OUT (default
+results/validate/<name>/) gets profile.csv/.json, calibration.json (+ .learned.joblib),
+runs/<label>__{real,roofline,learned}/, metric_errors.csv, step_errors.csv, validation.json,
+step_scatter.png (simulated vs measured step time) and latency_cdf.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+import yaml
+
+from experiments.config import ExperimentConfig, PolicyEntry, experiment_from_dict, mapping
+from experiments.report import write_json, write_run
+from experiments.run import apply_overrides
+from experiments.workload import build_workload, load_base_trace
+from sim.errors import ConfigError, TraceError, check_positive
+
+KINDS = ("roofline", "learned")
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    """The `validate:` section of a config."""
+
+    clip_prompt_tokens: int | None = None  # tokens, cap on each prompt (None: no cap)
+    clip_output_tokens: int | None = None  # tokens, cap on each request's outputs
+    profile: dict[str, Any] = field(default_factory=dict)  # {quick: bool, reps: int}
+    calibration: str | None = None  # existing calibration file (skips profiling)
+    kinds: tuple[str, ...] = KINDS  # calibrated models to compare
+    all_policies: bool = False  # add every registered policy not listed, default params
+
+    def __post_init__(self) -> None:
+        for name in ("clip_prompt_tokens", "clip_output_tokens"):
+            if getattr(self, name) is not None:
+                check_positive(f"validate.{name}", getattr(self, name))
+        unknown = set(self.profile) - {"quick", "reps"}
+        if unknown:
+            raise ConfigError("validate.profile", dict(self.profile), "known keys: quick, reps")
+        for kind in self.kinds:
+            if kind not in KINDS:
+                raise ConfigError("validate.kinds", kind, f"one of {', '.join(KINDS)}")
+
+
+def load_validation_config(path: str | Path, overrides: Sequence[str] = ()
+                           ) -> tuple[ExperimentConfig, ValidateOptions]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file not found: {path}")
+    raw = apply_overrides(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, overrides)
+    raw = mapping("config", raw)
+    section = mapping("validate", raw.pop("validate", None))
+    known = [f.name for f in dataclasses.fields(ValidateOptions)]
+    for key in section:
+        if key not in known:
+            raise ConfigError(f"validate.{key}", section[key], f"known: {', '.join(known)}")
+    if "kinds" in section:
+        section["kinds"] = tuple(section["kinds"])
+    return experiment_from_dict(raw, path.stem), ValidateOptions(**section)
+
+
+def validation_trace(cfg: ExperimentConfig, opts: ValidateOptions) -> pd.DataFrame:
+    """The config's workload (first rate and seed), prompts and outputs clipped."""
+    trace = build_workload(cfg, load_base_trace(cfg), cfg.rates()[0], cfg.seeds[0])
+    if len(trace) == 0:
+        raise TraceError(cfg.name, "the workload has no requests")
+    trace = trace.copy()
+    if opts.clip_prompt_tokens:
+        trace["prompt_tokens"] = trace["prompt_tokens"].clip(upper=opts.clip_prompt_tokens)
+    if opts.clip_output_tokens:
+        trace["output_tokens"] = trace["output_tokens"].clip(upper=opts.clip_output_tokens)
+    return trace
+
+
+def policy_entries(cfg: ExperimentConfig, opts: ValidateOptions) -> list[PolicyEntry]:
+    entries = list(cfg.policies)
+    if opts.all_policies:
+        from policies.registry import policy_names
+
+        listed = {e.name for e in entries}
+        entries += [PolicyEntry(name, name) for name in policy_names() if name not in listed]
+    return entries
+
+
+def calibrate_engine(executor: Any, opts: ValidateOptions, out: Path) -> Path:
+    """Profile the engine and fit both models; returns the calibration file."""
+    from real.calibrate import calibrate_file
+    from real.profile import profile_executor, profile_meta, write_profile
+
+    frame = profile_executor(executor, bool(opts.profile.get("quick", False)),
+                             int(opts.profile.get("reps", 3)))
+    csv = write_profile(frame, profile_meta(executor), out / "profile.csv")
+    calibrate_file(csv, out / "calibration.json", learned="learned" in opts.kinds)
+    return out / "calibration.json"
+
+
+def validate_policy(entry: PolicyEntry, trace: pd.DataFrame, executor: Any, calibration: Path,
+                    opts: ValidateOptions, seed: int, out: Path) -> dict[str, Any]:
+    """Replay one policy on the engine and simulate it with each calibrated model."""
+    from real.compare import (abs_rel_stats, metric_errors, same_shape_pairs,
+                              step_errors_by_order)
+    from real.replay import replay
+    from sim.calibrated import load_calibrated_executor
+    from sim.simulate import simulate
+
+    res: dict[str, Any] = {"metrics": [], "steps": [], "pairs": {}, "records": {}}
+    start = time.perf_counter()
+    real = replay(trace, entry.name, entry.params, [executor], seed=seed)
+    wall = time.perf_counter() - start
+    step_log = list(executor.step_log or [])
+    write_run(out / "runs" / f"{entry.label}__real", real, {"policy": entry.name,
+              "params": entry.params, "engine": executor.name, "wall_s": wall})
+    res["records"][(entry.label, "real")] = real.records
+    for kind in opts.kinds:
+        sim_ex = load_calibrated_executor(calibration, kind, executor.kv_capacity_tokens,
+                                          executor.block_size)
+        sim = simulate(trace, entry.name, entry.params, [sim_ex], seed=seed)
+        write_run(out / "runs" / f"{entry.label}__{kind}", sim, {"policy": entry.name,
+                  "params": entry.params, "calibration": str(calibration), "kind": kind})
+        res["records"][(entry.label, kind)] = sim.records
+        key = {"policy": entry.label, "kind": kind}
+        res["metrics"] += [{**key, **row} for row in metric_errors(real.summary, sim.summary)]
+        pairs, meas_it, pred_it = same_shape_pairs(step_log, sim_ex.times)
+        res["pairs"][(entry.label, kind)] = pairs
+        res["steps"] += [
+            {**key, "match": "order", **step_errors_by_order(real.steps, sim.steps)},
+            {**key, "match": "same_shape_step",
+             **abs_rel_stats(pairs["predicted_s"].to_numpy(), pairs["measured_s"].to_numpy())},
+            {**key, "match": "same_shape_iteration", **abs_rel_stats(pred_it, meas_it)}]
+    res["real_wall_s"] = wall
+    return res
+
+
+def run_validation(cfg: ExperimentConfig, opts: ValidateOptions, out: Path,
+                   calibration: str | None = None) -> dict[str, Any]:
+    """The whole validation; writes OUT and returns what validation.json holds."""
+    from real.plots import latency_cdfs, step_scatter
+    from sim.cluster import build_executors
+
+    start = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    trace = validation_trace(cfg, opts)
+    executor = build_executors(dataclasses.replace(cfg.cluster, backend="real"))[0]
+    executor.step_log = []  # keep every step the engine runs, with its measured times
+    cal = Path(calibration or opts.calibration or calibrate_engine(executor, opts, out))
+    metrics, steps, pairs, records, failures = [], [], {}, {}, {}
+    for entry in policy_entries(cfg, opts):
+        try:
+            res = validate_policy(entry, trace, executor, cal, opts, cfg.seeds[0], out)
+        except Exception as exc:  # one policy failing must not lose the others' results
+            failures[entry.label] = f"{type(exc).__name__}: {exc}"
+            print(f"{entry.label}: failed: {failures[entry.label]}", file=sys.stderr)
+            continue
+        metrics += res["metrics"]
+        steps += res["steps"]
+        pairs.update(res["pairs"])
+        records.update(res["records"])
+    pd.DataFrame(metrics).to_csv(out / "metric_errors.csv", index=False)
+    pd.DataFrame(steps).to_csv(out / "step_errors.csv", index=False)
+    if pairs:
+        step_scatter(pairs, out / "step_scatter.png")
+        latency_cdfs(records, out / "latency_cdf.png")
+    import json
+
+    summary = {"name": cfg.name, "engine": executor.name,
+               "attention_backend": executor.attention_backend,
+               "kv_capacity_tokens": executor.kv_capacity_tokens,
+               "block_size": executor.block_size, "num_requests": len(trace),
+               "calibration": str(cal), "fit": json.loads(cal.read_text())["fit"],
+               "metrics": metrics, "steps": steps, "failures": failures,
+               "wall_s": time.perf_counter() - start}
+    write_json(out / "validation.json", summary)
+    return summary
+
+
+def format_report(summary: dict[str, Any]) -> str:
+    """Metric and step-time errors as two small tables."""
+    metrics = pd.DataFrame(summary["metrics"])
+    steps = pd.DataFrame(summary["steps"])
+    lines = [f"{summary['name']}: {summary['num_requests']} requests on {summary['engine']}"]
+    if not metrics.empty:
+        table = metrics.pivot_table(index=["policy", "kind"], columns="metric",
+                                    values="rel_error", sort=False)
+        lines += ["relative error of each metric (sim - real) / real:",
+                  table.to_string(float_format=lambda v: f"{v:+.3f}")]
+    if not steps.empty:
+        cols = ["policy", "kind", "match", "n", "median_abs_rel_err", "p90_abs_rel_err"]
+        lines += ["step-time absolute relative error:",
+                  steps[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.validate",
+                                description="Validate the calibrated simulator on the real engine.")
+    p.add_argument("config", help="YAML experiment config with a validate: section")
+    p.add_argument("--out", help="output directory (default results/validate/<name>/)")
+    p.add_argument("--calibration", help="use this calibration file instead of profiling")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args(argv)
+    try:
+        cfg, opts = load_validation_config(args.config, args.overrides)
+        out = Path(args.out) if args.out else Path("results") / "validate" / cfg.name
+        summary = run_validation(cfg, opts, out, args.calibration)
+    except (ConfigError, TraceError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    report = format_report(summary)
+    (out / "report.txt").write_text(report + "\n", encoding="utf-8")
+    print(f"{report}\n-> {out}")
+    return 1 if summary["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""`magnus`, `abp`, `glp`: Magnus (Cheng et al., ICWS 2024, arXiv 2406.04785) and its ablations.
+
+On arrival a request's generation length is predicted (`predictor.py`) and the request joins
+the queued batch it wastes the least memory access in, or opens a new one (`batcher.py`). When an
+instance is idle it takes one queued batch (`scheduler.py`: HRRN with the KNN batch-time
+estimate of `estimator.py` for Magnus, oldest-first for GLP / ABP) and runs it as one padded
+static batch (`policies.static_batch`). A batch that runs out of KV memory (its true lengths
+exceed the predictions) loses the time until the failure and is split into two halves that go
+back to the queue. Finished requests and batches feed continuous learning (`learning.py`).
+
+Ablations, as in the paper: GLP = predictor + WMA batching with a fixed batch size; ABP = GLP
+without the size cap; Magnus = ABP + batch-time estimator + HRRN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from sim.executor import InstanceInfo, Step, StepResult
+from sim.recorder import Recorder
+from sim.request import Request
+
+from policies.base import Policy
+from policies.magnus.batcher import AdaptiveBatcher, QueuedBatch
+from policies.magnus.config import ABPConfig, GLPConfig, MagnusConfig
+from policies.magnus.embedding import Embedder
+from policies.magnus.estimator import BatchSample, BatchTimeEstimator, IterationTimer
+from policies.magnus.learning import ContinuousLearner, is_large_error
+from policies.magnus.length_model import build_length_model
+from policies.magnus.predictor import LengthPredictor
+from policies.magnus.queries import LengthQuery
+from policies.magnus.scheduler import pick_fcfs, pick_hrrn
+from policies.registry import register_policy
+from policies.static_batch import (finish_static_batch, reset_for_retry, split_batch,
+                                   static_step)
+
+
+@dataclass
+class _Running:
+    batch: QueuedBatch  # the batch in flight
+    estimate_s: float  # its estimated serving time when it was dispatched, seconds
+
+
+@register_policy("magnus")
+class MagnusPolicy(Policy):
+    Config = MagnusConfig
+    config: MagnusConfig
+
+    def __init__(self, config: MagnusConfig, instances: Sequence[InstanceInfo],
+                 recorder: Recorder, rng: np.random.Generator,
+                 embedder: Embedder | None = None) -> None:
+        super().__init__(config, instances, recorder, rng)
+        cfg = self.config
+        self.capacity = min(i.kv_capacity_tokens for i in self.instances)  # KV tokens
+        self.length_model = build_length_model(cfg.predictor, rng, embedder)
+        self.predictor: LengthPredictor = self.length_model.predictor
+        self.batcher = AdaptiveBatcher(max(1, int(cfg.memory_fraction * self.capacity)),
+                                       cfg.wma_threshold, cfg.wma_aggregate, cfg.batch_size)
+        self.estimator = BatchTimeEstimator(cfg.knn_neighbors)
+        self.timer = IterationTimer(cfg.cold_iteration_s)
+        self.length_learner: ContinuousLearner[tuple[LengthQuery, int], LengthPredictor] = \
+            ContinuousLearner("predictor", cfg.predictor_retrain_period_s, cfg.retrain_delay_s,
+                              cfg.max_learning_samples, self._retrain_predictor, recorder)
+        self.time_learner: ContinuousLearner[BatchSample, BatchTimeEstimator] = \
+            ContinuousLearner("estimator", cfg.estimator_retrain_period_s, cfg.retrain_delay_s,
+                              cfg.max_learning_samples, self.estimator.fit, recorder)
+        self.queries: dict[int, LengthQuery] = {}  # request id -> what was predicted from
+        self.running: dict[int, _Running] = {}  # instance -> batch in flight
+        self.num_batches_done = 0  # batches that completed (the estimator's warm-up counter)
+        self.reserved: dict[int, int] = {}  # instance -> KV tokens its batch touches
+
+    # ---- learning ---------------------------------------------------------------------
+    def _retrain_predictor(self, samples: list[tuple[LengthQuery, int]]) -> LengthPredictor:
+        queries = self.length_model.base_queries + [q for q, _ in samples]
+        lengths = np.concatenate([self.length_model.base_lengths,
+                                  np.array([n for _, n in samples], dtype=np.float64)])
+        return self.predictor.fit(queries, lengths)
+
+    def _poll_learners(self, now: float) -> None:
+        predictor = self.length_learner.poll(now)
+        if predictor is not None:
+            self.predictor = predictor
+        estimator = self.time_learner.poll(now)
+        if estimator is not None:
+            self.estimator = estimator
+
+    def _learn(self, batch: QueuedBatch, estimate_s: float, result: StepResult,
+               finished: list[Request]) -> None:
+        cfg = self.config
+        self.timer.observe(result.duration_s, result.num_iterations)
+        self.num_batches_done += 1
+        if self.num_batches_done <= cfg.estimator_warmup_batches or is_large_error(
+                estimate_s, result.duration_s, cfg.estimator_error_s,
+                cfg.estimator_error_fraction):
+            self.time_learner.collect(BatchSample(batch.size, batch.max_prompt,
+                                                  batch.max_predicted, result.duration_s))
+        for r in finished:
+            query = self.queries.pop(r.request_id)
+            if is_large_error(r.predicted_output_tokens, r.target_output_tokens,
+                              cfg.predictor_error_tokens, cfg.predictor_error_fraction):
+                self.length_learner.collect((query, r.target_output_tokens))
+
+    # ---- the policy interface ---------------------------------------------------------
+    def add_request(self, request: Request, now: float) -> bool:
+        self._poll_learners(now)
+        if request.num_prompt_tokens + 1 > self.capacity:
+            request.reject(now, f"prompt of {request.num_prompt_tokens} tokens does not fit "
+                                f"the KV capacity {self.capacity}")
+            return False
+        query = self.length_model.catalog.query(request)
+        predicted = max(1, int(round(float(self.predictor.predict([query])[0]))))
+        request.predicted_output_tokens = predicted
+        self.queries[request.request_id] = query
+        self.batcher.insert(request, request.num_prompt_tokens, predicted)
+        return True
+
+    def estimate_s(self, batch: QueuedBatch) -> float:
+        """Estimated serving time of a queued batch, seconds."""
+        return self.estimator.estimate(batch.size, batch.max_prompt, batch.max_predicted,
+                                       self.timer)
+
+    def next_step(self, instance_id: int, now: float) -> Step | None:
+        self._poll_learners(now)
+        if not self.batcher.batches:
+            return None
+        if self.config.scheduler == "hrrn":
+            batch = pick_hrrn(self.batcher.batches, now, self.estimate_s)
+        else:
+            batch = pick_fcfs(self.batcher.batches)
+        self.batcher.remove(batch)
+        self.running[instance_id] = _Running(batch, self.estimate_s(batch))
+        step = static_step(instance_id, batch.requests, now)
+        self.reserved[instance_id] = min(step.kv_tokens_after(step.num_iterations),
+                                         self.instances[instance_id].kv_capacity_tokens)
+        return step
+
+    def update(self, step: Step, result: StepResult, now: float) -> list[Request]:
+        self._poll_learners(now)
+        run = self.running.pop(step.instance_id)
+        self.reserved[step.instance_id] = 0
+        if result.oom:
+            return self._recover(step, run.batch, result, now)
+        finished = finish_static_batch(run.batch.requests, result, now, self.recorder)
+        self._learn(run.batch, run.estimate_s, result, finished)
+        return finished
+
+    def _recover(self, step: Step, batch: QueuedBatch, result: StepResult,
+                 now: float) -> list[Request]:
+        """OOM: split the batch into two halves that queue again; a lone request fails."""
+        m = result.num_iterations
+        wasted = step.num_new_tokens[0] + m - 1 if m else 0  # tokens computed per request
+        self.recorder.event(now, "oom", -1, f"batch of {batch.size} on instance "
+                                            f"{step.instance_id} after {m} iterations")
+        if batch.size > 1:
+            reset_for_retry(batch.requests, wasted)
+            for half in split_batch(batch.requests):
+                self.batcher.requeue(half)
+            return []
+        request = batch.requests[0]
+        request.num_padding_tokens += wasted
+        request.fail(now, "out of KV memory even alone")
+        self.queries.pop(request.request_id, None)
+        return [request]
+
+    def num_reserved_kv_tokens(self, instance_id: int) -> int:
+        return self.reserved.get(instance_id, 0)
+
+
+@register_policy("abp")
+class ABPPolicy(MagnusPolicy):
+    """ABP: adaptive batch sizes, batches first-come first-served (no estimator, no HRRN)."""
+
+    Config = ABPConfig
+
+
+@register_policy("glp")
+class GLPPolicy(MagnusPolicy):
+    """GLP: length-aware batching with a fixed batch size, batches first-come first-served."""
+
+    Config = GLPConfig

@@ -1,0 +1,219 @@
+"""Continuous batching over a paged KV cache: what `vllm` and `sarathi` share.
+
+Each instance keeps a `BlockManager` (vLLM's paged KV cache), a waiting queue and a running list
+in admission order. Arrivals are routed to one instance (`policies/routing.py`). Admission gives a
+request blocks for all its known tokens (vLLM v0 allocates the whole prompt, even when it is
+prefilled in chunks); a decode grows its request by one slot per iteration, on demand. When a
+decode finds no free block, the most recently admitted running request is preempted by
+recomputation: its blocks are freed, `Request.preempt()` counts its computed tokens as
+recomputed, and it goes back to the head of the waiting queue (vLLM's `RECOMPUTE` mode).
+
+Blocks never exceed the instance's KV capacity, so a step never runs out of memory. A request
+whose prompt + 1 tokens need more blocks than the cache has is rejected on arrival; one that
+outgrows the whole cache while decoding fails (vLLM stops it at `max_model_len`). The watermark
+keeps blocks free when admitting, except into an empty instance (nothing to protect there).
+
+A decode-only step runs `k` iterations, `k` = the fewest remaining outputs in the batch and at
+most as many iterations as the free blocks can grow every request by, so the batch cannot change
+inside the step except by an arrival (which the engine cuts the step at).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.block_manager import BlockManager
+from sim.errors import ConfigError, check_positive
+from sim.executor import Step, StepResult
+from sim.request import Request, emit_batch
+
+from policies.base import Policy, PolicyConfig
+from policies.routing import get_router
+
+
+@dataclass(frozen=True)
+class PagedConfig(PolicyConfig):
+    """Parameters every paged-KV policy has."""
+
+    block_size: int = 16  # tokens per KV block
+    watermark: float = 0.01  # fraction of blocks kept free when admitting a request
+    max_num_seqs: int = 256  # running requests per instance (at most)
+    router: str = "least_loaded"  # how arrivals are spread over instances
+
+    def __post_init__(self) -> None:
+        check_positive("block_size", self.block_size)
+        if not 0.0 <= self.watermark < 1.0:
+            raise ConfigError("watermark", self.watermark, "must be in [0, 1)")
+        check_positive("max_num_seqs", self.max_num_seqs)
+        get_router(self.router)
+
+
+@dataclass
+class PagedInstance:
+    """One instance's queues and KV cache."""
+
+    blocks: BlockManager  # the instance's paged KV cache
+    waiting: deque[Request] = field(default_factory=deque)  # routed here; preempted at the head
+    running: list[Request] = field(default_factory=list)  # admitted, in admission order
+    in_flight: list[Request] = field(default_factory=list)  # the running step's requests
+    num_pending_blocks: int = 0  # blocks the step in flight takes after its first iteration
+
+
+class PagedPolicy(Policy):
+    """Routing, admission, on-demand block growth, preemption and step results."""
+
+    config: PagedConfig
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        bs, wm = self.config.block_size, self.config.watermark
+        for info in self.instances:
+            if info.kv_capacity_tokens < bs:
+                raise ConfigError("block_size", bs, f"larger than instance {info.instance_id}'s "
+                                  f"KV capacity of {info.kv_capacity_tokens} tokens")
+        self.state = [PagedInstance(BlockManager(info.kv_capacity_tokens // bs, bs, wm))
+                      for info in self.instances]
+        self.route = get_router(self.config.router)
+
+    # ---- arrivals -----------------------------------------------------------------------
+    def never_fits(self, s: PagedInstance, num_tokens: int) -> bool:
+        """Whether `num_tokens` tokens need more blocks than the instance's whole cache."""
+        return s.blocks.blocks_for(num_tokens) > s.blocks.num_total_blocks
+
+    def add_request(self, request: Request, now: float) -> bool:
+        need = request.num_prompt_tokens + 1
+        fits = [i for i, s in enumerate(self.state) if not self.never_fits(s, need)]
+        if not fits:
+            request.reject(now, f"prompt + 1 = {need} tokens need more KV blocks than any "
+                                f"instance has")
+            return False
+        loads = [len(self.state[i].waiting) + len(self.state[i].running) for i in fits]
+        self.state[fits[self.route(loads, request.request_id)]].waiting.append(request)
+        return True
+
+    # ---- admission, growth, preemption ----------------------------------------------------
+    def can_admit(self, s: PagedInstance) -> bool:
+        """Whether the head waiting request may get blocks for its known tokens now."""
+        if len(s.running) >= self.config.max_num_seqs:
+            return False
+        tokens = s.waiting[0].num_tokens
+        if not s.running:  # an empty instance keeps no watermark
+            return s.blocks.blocks_for(tokens) <= s.blocks.num_free_blocks
+        return s.blocks.can_allocate(tokens)
+
+    def admit(self, s: PagedInstance, instance_id: int, now: float) -> Request:
+        """Move the head waiting request to the running list with blocks for its tokens."""
+        r = s.waiting.popleft()
+        s.blocks.allocate(r.request_id, r.num_tokens)
+        r.mark_scheduled(now, instance_id)
+        s.running.append(r)
+        return r
+
+    def preempt(self, s: PagedInstance, victim: Request, now: float) -> None:
+        """Recompute `victim` later: free its blocks, put it at the head of the queue."""
+        s.running.remove(victim)
+        s.blocks.free(victim.request_id)
+        self.recorder.event(now, "preempt", victim.request_id,
+                            f"instance {victim.instance_id}: recompute "
+                            f"{victim.num_computed_tokens} tokens")
+        victim.preempt()
+        s.waiting.appendleft(victim)
+
+    def grow(self, s: PagedInstance, r: Request, num_new_tokens: int, now: float) -> bool:
+        """Give running `r` slots for its next `num_new_tokens` tokens, preempting the most
+        recently admitted requests while blocks are short; False when `r` itself was."""
+        held = s.blocks.num_tokens(r.request_id)
+        extra = max(0, r.num_computed_tokens + num_new_tokens - held)
+        while s.blocks.blocks_to_append(r.request_id, extra) > s.blocks.num_free_blocks:
+            victim = s.running[-1]
+            self.preempt(s, victim, now)
+            if victim is r:
+                return False
+        s.blocks.append(r.request_id, extra)
+        return True
+
+    def grow_decodes(self, s: PagedInstance, now: float) -> list[Request]:
+        """One slot for every running request whose prefill is done, in admission order;
+        returns those that run (the rest were preempted)."""
+        decodes: list[Request] = []
+        i = 0
+        while i < len(s.running):  # victims leave from the end, so index i stays valid
+            r = s.running[i]
+            i += 1
+            if r.num_new_tokens != 1 or not r.num_computed_tokens:
+                continue  # a prefill: its blocks were allocated on admission
+            if not self.grow(s, r, 1, now):
+                break  # r preempted itself: it was the last running request
+            decodes.append(r)
+        return decodes
+
+    # ---- steps ------------------------------------------------------------------------------
+    def decode_iterations(self, s: PagedInstance, batch: list[Request]) -> tuple[int, int]:
+        """Iterations a decode-only batch (first slots given) can run without a change: up to
+        its fewest remaining outputs, while the free blocks last for every request's growth.
+        Returns (iterations, blocks the iterations after the first take)."""
+        most = min(r.num_remaining_output_tokens for r in batch)
+        if most <= 1:
+            return 1, 0
+        bs = s.blocks.block_size
+        held = np.array([s.blocks.num_tokens(r.request_id) for r in batch], dtype=np.int64)
+        slack = -held % bs  # free slots in each request's last block
+        free = s.blocks.num_free_blocks
+        lo, hi = 0, most - 1  # extra iterations: lo always fits
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            blocks = -(-np.maximum(mid - slack, 0) // bs)
+            if int(blocks.sum()) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo + 1, int((-(-np.maximum(lo - slack, 0) // bs)).sum())
+
+    def make_step(self, s: PagedInstance, instance_id: int, batch: list[Request],
+                  chunks: list[int], num_iterations: int = 1) -> Step:
+        """The Step computing `chunks[i]` new tokens of `batch[i]`."""
+        s.in_flight = batch
+        return Step(instance_id, tuple([r.request_id for r in batch]), tuple(chunks),
+                    tuple([r.num_computed_tokens for r in batch]),
+                    tuple([c == r.num_new_tokens for r, c in zip(batch, chunks)]),
+                    num_iterations=num_iterations)
+
+    def decode_step(self, s: PagedInstance, instance_id: int, batch: list[Request]) -> Step:
+        """A multi-iteration step of single-token decodes."""
+        k, s.num_pending_blocks = self.decode_iterations(s, batch)
+        return self.make_step(s, instance_id, batch, [1] * len(batch), k)
+
+    def update(self, step: Step, result: StepResult, now: float) -> list[Request]:
+        if result.oom:
+            raise RuntimeError(f"{self.name} step ran out of KV memory on instance "
+                               f"{step.instance_id}: its block accounting should prevent it")
+        s = self.state[step.instance_id]
+        batch, s.in_flight = s.in_flight, []
+        m = result.num_iterations
+        sampling = []
+        for r, n, samples in zip(batch, step.num_new_tokens, step.samples):
+            if samples:
+                sampling.append(r)
+            else:
+                r.compute(n)
+        done = emit_batch(sampling, now - result.duration_s, result.iteration_ends_s,
+                          self.recorder.gaps) if sampling else []
+        if m > 1:
+            for r in batch:
+                s.blocks.append(r.request_id, m - 1)
+        s.num_pending_blocks = 0
+        for r in batch:
+            if not r.is_finished and self.never_fits(s, r.num_tokens):
+                r.fail(now, "outgrew the whole KV cache")
+                done.append(r)
+        for r in done:
+            s.blocks.free(r.request_id)
+            s.running.remove(r)
+        return done
+
+    def num_reserved_kv_tokens(self, instance_id: int) -> int:
+        s = self.state[instance_id]
+        return (s.blocks.num_used_blocks + s.num_pending_blocks) * s.blocks.block_size

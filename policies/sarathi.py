@@ -1,0 +1,63 @@
+"""`sarathi`: chunked prefills with stall-free batching (Sarathi-Serve; Agrawal et al., OSDI 2024).
+
+Every iteration has a token budget (`token_budget`). Running decodes are scheduled first, one
+token each, so a long prompt never stalls them; prefill chunks of partially prefilled requests,
+then of newly admitted waiting requests, fill what is left of the budget. A chunk that does not
+reach the end of its request's known tokens samples nothing. KV is paged and preemption is by
+recomputation, exactly as in `vllm` (`policies/paged.py`): admission allocates blocks for the
+whole prompt (vLLM v0's chunked prefill does too) and decodes grow on demand. When no prefill is
+pending, decode-only steps jump over as many iterations as cannot change the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.errors import ConfigError, check_positive
+from sim.executor import Step
+
+from policies.paged import PagedConfig, PagedPolicy
+from policies.registry import register_policy
+
+
+@dataclass(frozen=True)
+class SarathiConfig(PagedConfig):
+    token_budget: int = 512  # tokens per iteration: decodes plus prefill chunks
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive("token_budget", self.token_budget)
+        if self.token_budget < self.max_num_seqs:
+            raise ConfigError("token_budget", self.token_budget,
+                              f"must be >= max_num_seqs={self.max_num_seqs} so that every "
+                              f"running decode fits an iteration")
+
+
+@register_policy("sarathi")
+class SarathiPolicy(PagedPolicy):
+    Config = SarathiConfig
+    config: SarathiConfig
+
+    def next_step(self, instance_id: int, now: float) -> Step | None:
+        s = self.state[instance_id]
+        decodes = self.grow_decodes(s, now)
+        batch, chunks = list(decodes), [1] * len(decodes)
+        budget = self.config.token_budget - len(decodes)
+        chosen = {r.request_id for r in decodes}
+        for r in s.running:  # partially prefilled requests, in admission order
+            if budget <= 0:
+                break
+            if r.request_id not in chosen:
+                batch.append(r)
+                chunks.append(min(r.num_new_tokens, budget))
+                budget -= chunks[-1]
+        while budget > 0 and s.waiting and self.can_admit(s):
+            r = self.admit(s, instance_id, now)
+            batch.append(r)
+            chunks.append(min(r.num_new_tokens, budget))
+            budget -= chunks[-1]
+        if not batch:
+            return None
+        if len(batch) == len(decodes):
+            return self.decode_step(s, instance_id, decodes)
+        return self.make_step(s, instance_id, batch, chunks)

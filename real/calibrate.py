@@ -1,0 +1,133 @@
+"""Fit the simulator's cost models to a profile and save them as a calibration file.
+
+    python -m real.calibrate PROFILE.csv [--model M] [--gpu G|measured] --out FILE.json
+
+Writes FILE.json (the profiled deployment, the fitted `CostModelConfig`, fit errors) and
+FILE.learned.joblib (the learned correction model). The simulator loads it by name:
+`cluster.cost_model: {calibration: FILE.json, kind: roofline | learned}`. `--gpu` takes a
+`sim.hardware` GPU for the roofline's peaks, or `measured` (the default on CPU): the peaks
+measured when profiling. fp32 weights (CPU) are modelled as fp16 bytes; the fitted memory
+efficiency absorbs the factor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from sim.calibrated import FEATURES
+from sim.cost_model import DeploymentSpec, RooflineCostModel
+from sim.errors import ConfigError
+from sim.hardware import GPUSpec, get_gpu
+from sim.models import ModelSpec
+
+ROOFLINE_DTYPES = {"fp32": "fp16", "fp16": "fp16", "bf16": "bf16"}  # engine -> roofline dtype
+
+
+def read_profile(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A profile CSV and its JSON sidecar."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"profile not found: {path}")
+    meta_path = path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    return pd.read_csv(path), meta
+
+
+def device_spec(gpu: str | None, meta: dict[str, Any]) -> GPUSpec:
+    """A sim.hardware GPU by name, or a spec from the peaks measured while profiling."""
+    if gpu not in (None, "measured"):
+        return get_gpu(gpu)
+    if "peak_flops" not in meta:
+        raise ConfigError("--gpu", gpu, "the profile has no measured peaks; name a GPU")
+    name = f"{meta.get('device_name', meta.get('device', 'device'))}-measured"
+    return GPUSpec(name, float(2**40), meta["peak_bandwidth"], meta["peak_flops"],
+                   meta["peak_flops"], 1e9, 0.0)
+
+
+def model_spec(model: str | None, meta: dict[str, Any]) -> ModelSpec:
+    """The model named on the command line, else the one the profile recorded."""
+    if model is not None:
+        from real.spec import resolve_real_model
+
+        return resolve_real_model(model).spec
+    if "model" not in meta:
+        raise ConfigError("--model", model, "the profile does not name its model; pass --model")
+    return ModelSpec(**meta["model"])
+
+
+def calibrate(profile: pd.DataFrame, meta: dict[str, Any], model: ModelSpec, device: GPUSpec,
+              out: str | Path, learned: bool = True) -> dict[str, Any]:
+    """Fit both models, write FILE.json (+ FILE.learned.joblib); returns the JSON content."""
+    from real.fit import fit_learned, fit_roofline
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    dtype = ROOFLINE_DTYPES.get(meta.get("dtype", "fp16"), "fp16")
+    deployment = DeploymentSpec(model, device, weight_dtype=dtype, kv_dtype=dtype,
+                                activation_reserve_bytes=0)
+    config, roof_stats = fit_roofline(profile, deployment)
+    data: dict[str, Any] = {
+        "version": 1, "model": dataclasses.asdict(model), "device": dataclasses.asdict(device),
+        "weight_dtype": dtype, "kv_dtype": dtype, "engine_dtype": meta.get("dtype"),
+        "kv_capacity_tokens": int(meta.get("kv_capacity_tokens", 2**20)),
+        "block_size": int(meta.get("block_size", 16)),
+        "roofline": dataclasses.asdict(config), "learned": None,
+        "fit": {"num_rows": len(profile), "roofline": roof_stats},
+        "profile": {k: meta.get(k) for k in ("device", "device_name", "dtype",
+                                             "attention_backend", "torch", "num_threads")}}
+    if learned:
+        import joblib
+
+        regressor, stats = fit_learned(profile, RooflineCostModel(deployment, config))
+        learned_path = out.with_suffix(".learned.joblib")
+        joblib.dump(regressor, learned_path)
+        data["learned"] = {"path": learned_path.name, "regressor": type(regressor).__name__,
+                           "target": "log(measured / roofline)", "features": list(FEATURES)}
+        data["fit"]["learned"] = stats
+    out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return data
+
+
+def calibrate_file(profile_path: str | Path, out: str | Path, model: str | None = None,
+                   gpu: str | None = None, learned: bool = True) -> dict[str, Any]:
+    """`calibrate` from a profile CSV path."""
+    profile, meta = read_profile(profile_path)
+    if gpu is None and meta.get("device", "cpu") != "cpu":
+        gpu = meta.get("device_name")  # e.g. "NVIDIA H200" -> sim.hardware's H200
+    return calibrate(profile, meta, model_spec(model, meta), device_spec(gpu, meta), out,
+                     learned)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m real.calibrate",
+                                description="Fit cost models to a real-engine profile.")
+    p.add_argument("profile", help="PROFILE.csv written by python -m real.profile")
+    p.add_argument("--model", default=None, help="model (default: the profile's)")
+    p.add_argument("--gpu", default=None, help="a sim.hardware GPU name, or measured")
+    p.add_argument("--out", required=True, help="calibration JSON to write")
+    p.add_argument("--no-learned", action="store_true", help="fit the roofline only")
+    args = p.parse_args(argv)
+    try:
+        data = calibrate_file(args.profile, args.out, args.model, args.gpu, not args.no_learned)
+    except (ConfigError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    fit = data["fit"]
+    print(f"roofline: {json.dumps(data['roofline'])}")
+    for kind in ("roofline", "learned"):
+        if kind in fit:
+            print(f"{kind} fit on {fit['num_rows']} steps: " + ", ".join(
+                f"{k} {v:.3f}" for k, v in fit[kind].items()))
+    print(f"-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""`TorchExecutor`: the real engine behind the simulator's `Executor` interface.
+
+It runs any `sim.executor.Step` on a Llama-family model: ragged prefill chunks and decodes in one
+iteration (selective batching), padded static batches (padding is computed like any token),
+multi-iteration Steps (stopping after the first iteration whose measured end reaches `until_s`)
+and `freed_request_ids`. A request is known by its id: its prompt is synthetic token ids seeded by
+the id (traces carry no text), decoding is greedy and ignores EOS, so every request generates
+exactly the tokens the policy asks for. A chunk with no context for a request that still holds
+KV (a preemption the policy recomputes) drops that KV first. An iteration that needs more KV
+blocks than are free ends the Step with `oom=True`, as the cost model's executor does.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from real.attention import default_block_size, make_backend, resolve_backend_name
+from real.kv_cache import KVCacheOOM, PagedKVCache
+from real.memory import dtype_name, num_kv_blocks, resolve_device, resolve_dtype
+from real.runner import ModelRunner
+from real.spec import RealModelConfig, resolve_real_model
+from real.timing import CpuStepTimer, CudaStepTimer, make_timer
+from real.tokens import TokenStore
+from real.weights import build_model
+from sim.executor import InstanceInfo, Step, StepResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepLog:
+    """A Step as the engine ran it, with its measured iteration ends."""
+
+    step: Step  # what was asked
+    iteration_ends_s: np.ndarray  # seconds from the step start, completed iterations
+    duration_s: float  # seconds the step took, time lost to an OOM included
+    oom: bool  # the step ran out of KV blocks
+
+
+class TorchExecutor:
+    def __init__(self, model: str | Path | RealModelConfig = "tiny", device: str = "auto",
+                 dtype: str | torch.dtype | None = None, *, kv_tokens: int | None = None,
+                 gpu_memory_utilization: float = 0.9, block_size: int | None = None,
+                 weights: str | Path | None = None, seed: int = 0, attention: str = "auto",
+                 warmup_iterations: int = 2, record_steps: bool = False,
+                 num_threads: int | None = None, cpu_clock: str = "wall") -> None:
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        self.config = resolve_real_model(model)  # model shapes and constants
+        self.device = resolve_device(device)  # where the model runs
+        self.dtype = resolve_dtype(dtype, self.device)  # weights, activations and KV dtype
+        backend = resolve_backend_name(attention, self.device, self.dtype)
+        self.block_size = block_size or default_block_size(backend)  # tokens per KV block
+        self.backend = make_backend(backend, self.block_size)  # attention kernel
+        self.model = build_model(self.config, self.device, self.dtype, weights, seed)
+        s = self.config.spec
+        blocks = num_kv_blocks(self.config, self.block_size, self.dtype, self.device, kv_tokens,
+                               gpu_memory_utilization)
+        self.cache = PagedKVCache(s.num_layers, blocks, self.block_size, s.num_kv_heads,
+                                  s.head_dim, self.dtype, self.device)
+        self.tokens = TokenStore(s.vocab_size, seed)  # token ids per request
+        self.runner = ModelRunner(self.model, self.cache, self.tokens, self.backend, self.device)
+        self.step_log: list[StepLog] | None = [] if record_steps else None  # what ran, if asked
+        self.cpu_clock = cpu_clock  # CPU timing: wall | thread (CPU time of this thread)
+        log.info("%s: %d KV blocks of %d tokens", self.name, blocks, self.block_size)
+        self.warm_up(warmup_iterations)
+
+    # ---- Executor interface ---------------------------------------------------------------
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """KV-cache capacity in tokens (blocks x block size)."""
+        return self.cache.capacity_tokens
+
+    @property
+    def name(self) -> str:
+        return (f"{self.config.name} {dtype_name(self.dtype)} on {self.device} "
+                f"[{self.attention_backend}]")
+
+    @property
+    def attention_backend(self) -> str:
+        """The attention kernel that runs: flash_attn(...), torch_varlen(...) or sdpa."""
+        return self.backend.name
+
+    def instance_info(self, instance_id: int) -> InstanceInfo:
+        return InstanceInfo(instance_id, self.kv_capacity_tokens, self.name)
+
+    @torch.inference_mode()
+    def execute(self, step: Step, until_s: float = math.inf) -> StepResult:
+        """Run `step`, timing each iteration; stop after the first whose end is at or past
+        `until_s` (always at least one); an iteration without free KV blocks ends it with OOM."""
+        timer = make_timer(self.device, self.cpu_clock)
+        timer.start()  # the step's host work (freeing, checks, inputs) counts in iteration 1
+        for rid in step.freed_request_ids:
+            self.cache.free(rid)
+        self._sync_contexts(step)
+        completed, oom = self._iterate(step, until_s, timer)
+        ends = timer.ends()[:completed]
+        duration = timer.now() if oom else (float(ends[-1]) if completed else 0.0)
+        self.runner.commit()
+        if self.step_log is not None:
+            self.step_log.append(StepLog(step, ends, duration, oom))
+        return StepResult(duration, ends, oom=oom)
+
+    def _iterate(self, step: Step, until_s: float,
+                 timer: CpuStepTimer | CudaStepTimer) -> tuple[int, bool]:
+        """Run the step's iterations; returns (iterations completed, ran out of KV)."""
+        ids = step.request_ids
+        new = np.asarray(step.num_new_tokens, dtype=np.int64)
+        ctx = np.asarray(step.num_context_tokens, dtype=np.int64)
+        samples = np.asarray(step.samples, dtype=bool)
+        watch = until_s != math.inf
+        tokens = None
+        for j in range(step.num_iterations):
+            try:
+                tokens = self.runner.step(ids, new, ctx, samples, tokens) if ids else None
+            except KVCacheOOM as err:
+                log.info("step on instance %d: %s", step.instance_id, err)
+                return j, True
+            end = timer.mark(sync=watch)
+            if watch and end >= until_s:  # type: ignore[operator]
+                return j + 1, False
+            if j == 0:
+                ctx, new, samples = ctx + new, np.ones_like(new), np.ones_like(samples)
+            else:
+                ctx = ctx + 1
+        return step.num_iterations, False
+
+    def _sync_contexts(self, step: Step) -> None:
+        """Check each request's cached tokens against the step; recompute dropped requests."""
+        for rid, ctx in zip(step.request_ids, step.num_context_tokens):
+            held = self.cache.num_tokens(rid)
+            if ctx == 0 and held:
+                self.cache.free(rid)  # preempted by recomputation: start over
+            elif held != ctx:
+                raise RuntimeError(f"request {rid}: the step says {ctx} context tokens, the KV "
+                                   f"cache holds {held} (policy and engine out of step)")
+
+    # ---- engine management ----------------------------------------------------------------
+    def release(self, request_ids: list[int] | tuple[int, ...]) -> None:
+        """Drop the KV of requests (their token ids are kept)."""
+        for rid in request_ids:
+            self.cache.free(rid)
+
+    def reserve_placeholder(self, request_id: int, num_tokens: int) -> None:
+        """Give a request `num_tokens` of KV without computing it (profiling long contexts)."""
+        self.cache.append_all((request_id,), np.array([num_tokens], dtype=np.int64))
+
+    def reset(self) -> None:
+        """Forget every request: KV, token ids and the step log (the weights stay)."""
+        self.cache.reset()
+        self.tokens.reset()
+        self.runner.discard_pending()
+        if self.step_log is not None:
+            self.step_log.clear()
+
+    def check(self) -> None:
+        """Assert the KV block accounting invariant."""
+        self.cache.check()
+
+    def warm_up(self, iterations: int) -> None:
+        """Run prefill + decode iterations of throwaway requests (kernels, allocator, cuBLAS)."""
+        if iterations <= 0:
+            return
+        prompt = max(1, min(64, self.kv_capacity_tokens // 4 - iterations))
+        ids = (-1, -2)
+        self.execute(Step(0, ids, (prompt, prompt), (0, 0), (True, True),
+                          num_iterations=iterations))
+        self.release(ids)
+        self.reset()

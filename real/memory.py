@@ -1,0 +1,60 @@
+"""Device, dtype and KV-cache sizing of the real engine.
+
+On CUDA the cache takes what `gpu_memory_utilization` of the GPU leaves after the weights, memory
+outside torch (CUDA context, other processes) and the simulator's activation reserve
+(`sim.cost_model.default_activation_reserve`, vLLM's profiling batch); on CPU it holds an
+explicit token budget.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from real.kv_cache import kv_bytes_per_block
+from real.spec import RealModelConfig
+from sim.cost_model import default_activation_reserve
+from sim.errors import ConfigError
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """`auto` -> cuda when available, else cpu; CUDA must exist when asked for."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("real.device", str(device), "CUDA is not available on this machine")
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """`auto`/None -> bf16 on CUDA, fp32 on CPU; names fp32 | fp16 | bf16."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in DTYPES:
+        raise ConfigError("real.dtype", dtype, f"one of auto, {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {v: k for k, v in DTYPES.items()}.get(dtype, str(dtype))
+
+
+def num_kv_blocks(config: RealModelConfig, block_size: int, dtype: torch.dtype,
+                  device: torch.device, kv_tokens: int | None,
+                  gpu_memory_utilization: float) -> int:
+    """Blocks of the KV cache: `kv_tokens` when given, else what the GPU has room for."""
+    if kv_tokens is not None:
+        return kv_tokens // block_size
+    if device.type != "cuda":
+        raise ConfigError("real.kv_tokens", None, "give a KV token budget when running on CPU")
+    s = config.spec
+    per_block = kv_bytes_per_block(s.num_layers, block_size, s.num_kv_heads, s.head_dim, dtype)
+    free, total = torch.cuda.mem_get_info(device)
+    outside_torch = (total - free) - torch.cuda.memory_reserved(device)
+    budget = (total * gpu_memory_utilization - torch.cuda.memory_allocated(device)
+              - outside_torch - default_activation_reserve(s, 1))
+    return max(0, int(budget // per_block))

@@ -1,0 +1,93 @@
+"""Options of the real backend, as a cluster config gives them (`cluster.real`); torch-free.
+
+    cluster:
+      model: llama-2-7b          # or tiny, or a HF config.json / model folder
+      backend: real
+      gpu_memory_utilization: 0.9
+      real: {device: cuda, dtype: bf16, weights: /models/Llama-2-7b-hf, block_size: 16}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from sim.errors import ConfigError, check_positive
+
+DTYPES = ("auto", "fp32", "fp16", "bf16")
+ATTENTION_BACKENDS = ("auto", "sdpa", "torch_varlen", "flash_attn")
+
+
+@dataclass(frozen=True)
+class RealOptions:
+    """How a TorchExecutor is built: device, precision, KV budget, weights, attention kernel."""
+
+    device: str = "auto"  # auto (cuda when available) | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | fp16 | bf16
+    kv_tokens: int | None = None  # tokens of KV cache; None: from gpu_memory_utilization (GPU)
+    block_size: int | None = None  # tokens per KV block; None: 256 with paged flash, else 16
+    weights: str | None = None  # HF safetensors checkpoint folder; None: seeded random weights
+    seed: int = 0  # seeds random weights and synthetic prompt token ids
+    attention: str = "auto"  # auto | sdpa | torch_varlen | flash_attn
+    warmup_iterations: int = 2  # warm-up forward passes before timing
+    num_threads: int | None = None  # torch CPU threads; None: torch's default
+    cpu_clock: str = "wall"  # CPU timing: wall | thread (this thread's CPU time, shared machines)
+
+    def __post_init__(self) -> None:
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ConfigError("real.device", self.device, "auto, cpu, cuda or cuda:N")
+        if self.dtype not in DTYPES:
+            raise ConfigError("real.dtype", self.dtype, f"one of {', '.join(DTYPES)}")
+        if self.kv_tokens is not None:
+            check_positive("real.kv_tokens", self.kv_tokens)
+        if self.block_size is not None:
+            check_positive("real.block_size", self.block_size)
+        if self.attention not in ATTENTION_BACKENDS:
+            raise ConfigError("real.attention", self.attention,
+                              f"one of {', '.join(ATTENTION_BACKENDS)}")
+        check_positive("real.warmup_iterations", self.warmup_iterations, allow_zero=True)
+        if self.num_threads is not None:
+            check_positive("real.num_threads", self.num_threads)
+        if self.cpu_clock not in ("wall", "thread"):
+            raise ConfigError("real.cpu_clock", self.cpu_clock, "wall or thread")
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any] | None) -> "RealOptions":
+        """Options from a config mapping, naming unknown keys."""
+        raw = dict(raw or {})
+        known = [f.name for f in dataclasses.fields(cls)]
+        for key in raw:
+            if key not in known:
+                raise ConfigError(f"real.{key}", raw[key], f"unknown option; known: "
+                                  f"{', '.join(known)}")
+        try:
+            return cls(**raw)
+        except TypeError as exc:
+            raise ConfigError("real", raw, str(exc)) from None
+
+
+def check_real_cluster(spec: Any) -> RealOptions:
+    """Check a ClusterSpec for the real backend without building it (no torch import)."""
+    from real.spec import resolve_real_model
+
+    if spec.tensor_parallel != 1:
+        raise ConfigError("cluster.tensor_parallel", spec.tensor_parallel,
+                          "the real backend runs one GPU per instance")
+    if spec.num_instances != 1:
+        raise ConfigError("cluster.num_instances", spec.num_instances,
+                          "the real backend serves one instance")
+    resolve_real_model(spec.model)
+    return RealOptions.from_mapping(spec.real)
+
+
+def build_real_executors(spec: Any) -> list:
+    """The TorchExecutor of a ClusterSpec with `backend: real` (imports torch)."""
+    from real.executor import TorchExecutor
+
+    opts = check_real_cluster(spec)
+    return [TorchExecutor(spec.model, opts.device, opts.dtype, kv_tokens=opts.kv_tokens,
+                          gpu_memory_utilization=spec.gpu_memory_utilization,
+                          block_size=opts.block_size, weights=opts.weights, seed=opts.seed,
+                          attention=opts.attention, warmup_iterations=opts.warmup_iterations,
+                          num_threads=opts.num_threads, cpu_clock=opts.cpu_clock)]

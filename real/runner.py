@@ -1,0 +1,91 @@
+"""One forward pass over a batch of per-request chunks: inputs, KV slots, attention metadata,
+the model, and greedy sampling.
+
+Host-side work (token ids, positions, block tables) is done in numpy before the layer loop and
+copied to the device asynchronously. Sampled tokens stay on the device: the next decode
+iteration feeds them back directly, and `commit` copies them to the host once per Step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from real.attention import AttentionBackend, BatchLayout, to_device
+from real.kv_cache import PagedKVCache
+from real.model import LlamaForCausalLM
+from real.tokens import TokenStore
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaForCausalLM, cache: PagedKVCache, tokens: TokenStore,
+                 backend: AttentionBackend, device: torch.device) -> None:
+        self.model = model  # the decoder and lm_head
+        self.cache = cache  # paged KV blocks and their tables
+        self.tokens = tokens  # known token ids per request
+        self.backend = backend  # attention kernel (real.attention)
+        self.device = device  # where tensors live
+        # sampled tokens not yet on the host: (request ids, positions, device tensor)
+        self._pending: list[tuple[tuple[int, ...], np.ndarray, torch.Tensor]] = []
+
+    def _forward(self, request_ids: Sequence[int], num_new: np.ndarray, num_context: np.ndarray,
+                 input_ids: torch.Tensor | np.ndarray | None) -> torch.Tensor:
+        """Hidden states of every new token; allocates KV first (may raise KVCacheOOM)."""
+        tables = self.cache.append_all(tuple(request_ids), num_new)
+        layout = BatchLayout(num_new, num_context, tables, self.cache.block_size)
+        if input_ids is None:
+            input_ids = self.tokens.get_batch(request_ids, num_context, num_context + num_new)
+        if isinstance(input_ids, np.ndarray):
+            input_ids = to_device(input_ids, self.device)
+        total = int(num_new.sum())
+        positions = np.arange(total) - np.repeat(layout.starts - num_context, num_new)
+        meta = self.backend.build(layout, self.device)
+        return self.model(input_ids, to_device(positions, self.device), self.cache.kv, meta,
+                          self.backend)
+
+    def step(self, request_ids: Sequence[int], num_new: np.ndarray, num_context: np.ndarray,
+             samples: np.ndarray, prev_tokens: torch.Tensor | None = None) -> torch.Tensor | None:
+        """One iteration; returns the greedy tokens of the sampling rows (on the device).
+        `prev_tokens` feeds back the previous iteration's samples (every chunk one token)."""
+        hidden = self._forward(request_ids, num_new, num_context, prev_tokens)
+        if not samples.any():
+            return None
+        rows = np.cumsum(num_new) - 1
+        if not (len(rows) == len(hidden) and samples.all()):
+            hidden = hidden.index_select(0, to_device(rows[samples], self.device))
+        next_tokens = self.model.logits(hidden).argmax(dim=-1)
+        sampled = tuple(r for r, s in zip(request_ids, samples.tolist()) if s)
+        self._pending.append((sampled, (num_context + num_new)[samples], next_tokens))
+        return next_tokens
+
+    def logits(self, request_ids: Sequence[int], num_new: Sequence[int],
+               num_context: Sequence[int], input_ids: np.ndarray | None = None) -> torch.Tensor:
+        """Logits [tokens, vocab] of every new token (tests and checks; nothing is sampled)."""
+        hidden = self._forward(request_ids, np.asarray(num_new, dtype=np.int64),
+                               np.asarray(num_context, dtype=np.int64), input_ids)
+        return self.model.logits(hidden)
+
+    def commit(self) -> None:
+        """Copy pending samples to the host (one device sync) and record them per request."""
+        if not self._pending:
+            return
+        host = torch.cat([t for _, _, t in self._pending]).cpu().numpy()
+        runs: dict[int, tuple[int, list[int]]] = {}  # request -> (first position, tokens)
+        offset = 0
+        for rids, positions, _ in self._pending:
+            for rid, pos, tok in zip(rids, positions.tolist(), host[offset: offset + len(rids)]):
+                start, toks = runs.get(rid, (pos, []))
+                if pos != start + len(toks):
+                    self.tokens.set_sampled(rid, start, np.array(toks))
+                    start, toks = pos, []
+                toks.append(int(tok))
+                runs[rid] = (start, toks)
+            offset += len(rids)
+        for rid, (start, toks) in runs.items():
+            self.tokens.set_sampled(rid, start, np.array(toks, dtype=np.int64))
+        self._pending.clear()
+
+    def discard_pending(self) -> None:
+        self._pending.clear()

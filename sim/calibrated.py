@@ -1,0 +1,217 @@
+"""Calibrated cost models fitted on real profiles (`python -m real.calibrate`); torch-free.
+
+A calibration file (JSON) names the deployment that was profiled (model shape, device peaks,
+dtypes, KV capacity and block size) and holds two fitted models of one iteration's time:
+  roofline  `sim.cost_model.CostModelConfig` efficiencies and overheads fitted by least squares;
+  learned   a scikit-learn regressor of log(measured / roofline) over step features (Vidur's
+            idea of learning from profiles, here as a correction the roofline extrapolates).
+A cluster config loads one by name: `cluster.cost_model: {calibration: FILE, kind: learned}`.
+`CalibratedExecutor` runs Steps with it and, unlike the plain cost model, runs out of KV memory
+at block granularity, as the real engine's paged cache does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+import numpy as np
+
+from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+from sim.errors import ConfigError
+from sim.executor import Step, StepResult, truncate_ends
+from sim.hardware import GPUSpec
+from sim.models import ModelSpec
+
+KINDS = ("roofline", "learned")
+OPTION_KEYS = ("calibration", "kind", "kv_capacity_tokens", "block_size")
+FEATURES = ("num_tokens", "num_seqs", "num_sampled", "num_prefill_seqs", "num_prefill_tokens",
+            "sum_context", "sum_new_x_context", "sum_new_squared", "max_kv_len",
+            "decode_padded_kv", "first_iteration")
+MAX_PREDICTED_ITERATIONS = 64  # a learned model predicts at most this many iterations, then
+# interpolates its correction (the roofline part stays exact)
+
+
+def step_features(step: Step, num_iterations: int | None = None) -> np.ndarray:
+    """Features of each iteration of `step` [iterations, len(FEATURES)] (float64).
+
+    decode_padded_kv = 1-token chunks x the longest of their KV lengths (the padded batch the
+    sdpa backend attends over); max_kv_len = the longest KV length after the iteration;
+    first_iteration = 1 for the step's first iteration (which also pays the step's host work)."""
+    k = step.num_iterations if num_iterations is None else num_iterations
+    n = np.asarray(step.num_new_tokens, dtype=np.float64)
+    c = np.asarray(step.num_context_tokens, dtype=np.float64)
+    b = float(len(n))
+    kv = c + n
+    pre = n > 1
+    out = np.empty((max(k, 1), len(FEATURES)))
+    dec_kv = kv[~pre].max() if (~pre).any() else 0.0
+    out[0] = (n.sum(), b, float(sum(step.samples)), pre.sum(), n[pre].sum(), c.sum(),
+              (n * c).sum(), (n * n).sum(), kv.max() if b else 0.0, (~pre).sum() * dec_kv, 1.0)
+    if k > 1:
+        j = np.arange(k - 1, dtype=np.float64)  # later iterations: one token per request
+        ctx = kv.sum() + j * b
+        top = (kv.max() if b else 0.0) + j + 1
+        rows = out[1:]
+        rows[:, 0] = rows[:, 1] = rows[:, 2] = b
+        rows[:, 3] = rows[:, 4] = 0.0
+        rows[:, 5] = rows[:, 6] = ctx
+        rows[:, 7] = b
+        rows[:, 8] = top
+        rows[:, 9] = b * top
+        rows[:, 10] = 0.0
+    return out[:k]
+
+
+class TimeModel(Protocol):
+    def iteration_times(self, step: Step, num_iterations: int) -> np.ndarray: ...
+
+
+class RooflineTimes:
+    """Iteration times from a (calibrated) roofline cost model."""
+
+    def __init__(self, cost_model: RooflineCostModel) -> None:
+        self.cost_model = cost_model  # the fitted roofline
+
+    def iteration_times(self, step: Step, num_iterations: int) -> np.ndarray:
+        n, c = step.num_new_tokens, step.num_context_tokens
+        return self.cost_model.iteration_times_from_sums(
+            sum(n), sum(c), sum(a * b for a, b in zip(n, c)), sum(a * a for a in n), len(n),
+            sum(step.samples), num_iterations)
+
+
+class LearnedTimes:
+    """Roofline times times exp(a regressor's log-correction over the step features)."""
+
+    def __init__(self, roofline: RooflineTimes, regressor: Any) -> None:
+        self.roofline = roofline  # the calibrated roofline being corrected
+        self.regressor = regressor  # sklearn regressor: model_inputs -> log(measured/roofline)
+
+    def iteration_times(self, step: Step, num_iterations: int) -> np.ndarray:
+        base = self.roofline.iteration_times(step, num_iterations)
+        feats = step_features(step, num_iterations)
+        if num_iterations <= MAX_PREDICTED_ITERATIONS:
+            return base * np.exp(self.regressor.predict(model_inputs(feats, base)))
+        at = np.unique(np.linspace(0, num_iterations - 1, MAX_PREDICTED_ITERATIONS).astype(int))
+        corr = self.regressor.predict(model_inputs(feats[at], base[at]))
+        return base * np.exp(np.interp(np.arange(num_iterations), at, corr))
+
+
+def model_inputs(features: np.ndarray, roofline_s: np.ndarray) -> np.ndarray:
+    """Regressor inputs: log1p of the features and the log of the roofline time."""
+    return np.column_stack([np.log1p(features), np.log(roofline_s)])
+
+
+class CalibratedExecutor:
+    """Runs Steps instantly with a calibrated time model; KV is paged in `block_size` blocks."""
+
+    def __init__(self, times: TimeModel, kv_capacity_tokens: int, block_size: int = 1,
+                 name: str = "calibrated") -> None:
+        if block_size < 1 or kv_capacity_tokens < block_size:
+            raise ConfigError("kv_capacity_tokens", kv_capacity_tokens,
+                              f"must hold at least one block of {block_size} tokens")
+        self.times = times  # iteration-time model
+        self.block_size = block_size  # tokens per KV block
+        self.num_blocks = kv_capacity_tokens // block_size  # blocks in the cache
+        self.name = name  # human label
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+    def _blocks_after(self, kv_lens: np.ndarray, iteration: int) -> int:
+        """Blocks the batch holds after `iteration` (1-based) iterations."""
+        return int((-(-(kv_lens + iteration - 1) // self.block_size)).sum())
+
+    def _first_oom_iteration(self, step: Step, num_iterations: int) -> int:
+        """1-based iteration whose KV first exceeds the cache, or 0 if none does."""
+        kv = np.asarray(step.num_context_tokens, dtype=np.int64) + step.num_new_tokens
+        if self._blocks_after(kv, num_iterations) <= self.num_blocks:
+            return 0
+        lo, hi = 1, num_iterations  # blocks grow with iterations: find the first over
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._blocks_after(kv, mid) > self.num_blocks:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def execute(self, step: Step, until_s: float = math.inf) -> StepResult:
+        """Model `step`; stop after the first iteration ending at or after `until_s` seconds."""
+        oom_at = self._first_oom_iteration(step, step.num_iterations) if step.num_seqs else 0
+        ends = np.cumsum(self.times.iteration_times(step, oom_at or step.num_iterations))
+        if not oom_at:
+            kept = truncate_ends(ends, until_s)
+            return StepResult(float(kept[-1]), kept)
+        before = ends[: oom_at - 1]
+        if len(before) and before[-1] >= until_s:  # the step stops before it would fail
+            kept = truncate_ends(before, until_s)
+            return StepResult(float(kept[-1]), kept)
+        return StepResult(float(ends[oom_at - 1]), before, oom=True)
+
+
+# ---- calibration files ----------------------------------------------------------------------
+def read_calibration(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("cost_model.calibration", str(path), "calibration file not found")
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _build(cls: type, raw: Mapping[str, Any], where: str) -> Any:
+    known = {f.name for f in fields(cls)}
+    try:
+        return cls(**{k: v for k, v in raw.items() if k in known})
+    except TypeError as exc:
+        raise ConfigError(where, dict(raw), str(exc)) from None
+
+
+def calibrated_roofline(data: Mapping[str, Any]) -> RooflineCostModel:
+    """The fitted roofline model of a calibration file's deployment."""
+    model = _build(ModelSpec, data["model"], "calibration.model")
+    device = _build(GPUSpec, data["device"], "calibration.device")
+    deployment = DeploymentSpec(model, device, weight_dtype=data.get("weight_dtype", "fp16"),
+                                kv_dtype=data.get("kv_dtype", "fp16"), activation_reserve_bytes=0)
+    return RooflineCostModel(deployment, _build(CostModelConfig, data["roofline"],
+                                                "calibration.roofline"))
+
+
+def load_calibrated_executor(path: str | Path, kind: str = "roofline",
+                             kv_capacity_tokens: int | None = None,
+                             block_size: int | None = None) -> CalibratedExecutor:
+    """An executor from a calibration file; capacity and block size default to the profiled
+    engine's."""
+    if kind not in KINDS:
+        raise ConfigError("cost_model.kind", kind, f"one of {', '.join(KINDS)}")
+    path = Path(path)
+    data = read_calibration(path)
+    times: TimeModel = RooflineTimes(calibrated_roofline(data))
+    if kind == "learned":
+        if not data.get("learned"):
+            raise ConfigError("cost_model.kind", kind, f"{path} holds no learned model")
+        if tuple(data["learned"].get("features", FEATURES)) != FEATURES:
+            raise ConfigError("cost_model.calibration", str(path), "its learned model uses "
+                              "other step features; run python -m real.calibrate again")
+        import joblib  # lazy: scikit-learn's persistence, only for learned models
+
+        times = LearnedTimes(times, joblib.load(path.parent / data["learned"]["path"]))
+    name = f"{data['model']['name']} on {data['device']['name']} (calibrated {kind})"
+    return CalibratedExecutor(times, kv_capacity_tokens or int(data["kv_capacity_tokens"]),
+                              block_size or int(data.get("block_size", 1)), name)
+
+
+def build_calibrated_executors(options: Mapping[str, Any], num_instances: int) -> list:
+    """Executors for `cluster.cost_model: {calibration: FILE, kind, kv_capacity_tokens,
+    block_size}`; one shared (stateless) executor per instance."""
+    for key in options:
+        if key not in OPTION_KEYS:
+            raise ConfigError(f"cluster.cost_model.{key}", options[key],
+                              f"unknown with a calibration; known: {', '.join(OPTION_KEYS)}")
+    ex = load_calibrated_executor(options["calibration"], options.get("kind", "roofline"),
+                                  options.get("kv_capacity_tokens"), options.get("block_size"))
+    return [ex] * num_instances
