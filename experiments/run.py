@@ -15,6 +15,7 @@ import argparse
 import copy
 import dataclasses
 import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -26,23 +27,15 @@ import yaml
 from tqdm import tqdm
 
 from experiments.config import ExperimentConfig, PolicyEntry, experiment_from_dict, rebase
-from experiments.report import (catalogue, format_table, run_id, run_line, summary_row,
+from experiments.report import (catalogue, format_table, run_line,
                                 write_json, write_run, write_summaries)
-from experiments.workload import build_workload, load_base_trace, trace_path
+from experiments.sweep import (check_jobs, expand, finished_row, iter_outputs, persist,
+                               preload, record_failures)
+from experiments.workload import trace_path
 from sim.cluster import ClusterSpec, build_executors
 from sim.errors import ConfigError, TraceError
 from sim.simulate import simulate
 from sim.slo import slo_summary
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One run of a sweep."""
-
-    entry: PolicyEntry  # policy, label and parameters as configured
-    resolved: Any  # the policy's validated Config dataclass
-    rate: float | None  # req/s; None for a trace replayed as is
-    seed: int
 
 
 # ---- config loading and --set overrides ---------------------------------------------------
@@ -117,49 +110,58 @@ def check_cluster(spec: ClusterSpec, where: str = "cluster") -> None:
         raise rebase(where, err) from None
 
 
-def run_sweep(cfg: ExperimentConfig, out_dir: Path, *, progress: bool = True) -> list[dict]:
-    """Run every (rate, seed, policy); write each run's results as soon as it finishes."""
-    specs = [(entry, entry.resolve(f"policies[{i}]")) for i, entry in enumerate(cfg.policies)]
+def run_sweep(cfg: ExperimentConfig, out_dir: Path, *, progress: bool = True, jobs: int = 1,
+              use_ray: bool = False) -> list[dict]:
+    """Run every (rate, seed, policy) not already finished; persist each run as it lands."""
+    check_jobs(jobs)
+    specs = expand(cfg)
     check_cluster(cfg.cluster)
     for i, entry in enumerate(cfg.policies):
         check_cluster(cfg.cluster_for(entry), f"policies[{i}].cluster")
-    base = load_base_trace(cfg)
+    preload(cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / "config.json", experiment_record(cfg))
-    rows: list[dict] = []
-    for rate in cfg.rates():
-        for seed in cfg.seeds:
-            trace = build_workload(cfg, base, rate, seed)
-            for entry, resolved in specs:
-                rows.append(run_one(cfg, RunSpec(entry, resolved, rate, seed), trace, out_dir,
-                                    progress=progress))
-                write_summaries(out_dir, rows)
-    return rows
-
-
-def run_one(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame, out_dir: Path, *,
-            progress: bool) -> dict:
-    """Simulate one run, write its directory, and return its summary row."""
-    name = run_id(spec.entry.label, spec.rate, spec.seed)
-    if len(trace) == 0:
-        raise TraceError(name, "the workload has no requests (check duration_s / max_requests)")
-    cluster = cfg.cluster_for(spec.entry)
-    executors = build_executors(cluster)
-    replay = simulate
-    if cluster.backend == "real":  # the torch engine; the clock advances by measured times
-        from real.replay import replay
-    start = time.perf_counter()
-    with tqdm(total=len(trace), desc=name, unit="req", leave=False,
+    for stale in (out_dir / "runs").glob(".*.tmp-*"):  # left by an interrupted sweep
+        shutil.rmtree(stale, ignore_errors=True)
+    experiment = experiment_record(cfg)
+    write_json(out_dir / "config.json", experiment)
+    rows: dict[str, dict] = {}
+    todo = []
+    for spec in specs:
+        row = finished_row(out_dir, cfg, spec)
+        if row is None:
+            todo.append(spec)
+        else:
+            rows[spec.name] = row
+    if rows:
+        tqdm.write(f"{len(rows)} of {len(specs)} runs already finished: skipped")
+    failures = []
+    with tqdm(total=len(specs), initial=len(rows), desc=cfg.name, unit="run",
               disable=None if progress else True) as bar:
-        result = replay(trace, spec.entry.name, spec.entry.params, executors, seed=spec.seed,
-                        on_done=bar.update)
-    wall_s = time.perf_counter() - start
-    if cfg.slo is not None:
-        result.summary.update(slo_summary(result.records, result.summary, cfg.slo))
-    write_run(out_dir / "runs" / name, result, run_record(cfg, spec, trace, wall_s))
-    row = summary_row(spec.entry.label, spec.entry.name, spec.rate, spec.seed, result.summary)
-    tqdm.write(run_line(row, wall_s))
-    return row
+        for out in iter_outputs(cfg, todo, jobs, use_ray, progress):
+            bar.update(1)
+            if out.result is None:
+                failures.append(out)
+                tqdm.write(f"{out.spec.name}: FAILED: {out.error}")
+                record_failures(out_dir, failures)
+                continue
+            row = persist(out_dir, cfg, out, experiment)
+            rows[out.spec.name] = row
+            write_summaries(out_dir, [rows[s.name] for s in specs if s.name in rows])
+            tqdm.write(run_line(row, out.wall_s))
+    record_failures(out_dir, failures)
+    if failures:
+        raise SweepFailures(failures)
+    return [rows[s.name] for s in specs if s.name in rows]
+
+
+class SweepFailures(RuntimeError):
+    """Some runs raised; the others finished and are on disk."""
+
+    def __init__(self, failures: list) -> None:
+        self.failures = failures
+        lines = [f"  {f.spec.name}: {f.error}" for f in failures]
+        super().__init__(f"{len(failures)} run(s) failed (details in failures.json):\n"
+                         + "\n".join(lines))
 
 
 def experiment_record(cfg: ExperimentConfig) -> dict[str, Any]:
@@ -168,16 +170,6 @@ def experiment_record(cfg: ExperimentConfig) -> dict[str, Any]:
     if cfg.workload.trace is not None:
         record["workload"]["trace"]["resolved_path"] = trace_path(cfg.workload.trace)
     return record
-
-
-def run_record(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
-               wall_s: float) -> dict[str, Any]:
-    """A run's config.json: the experiment plus this run's policy, rate, seed and workload."""
-    return {"experiment": experiment_record(cfg),
-            "run": {"label": spec.entry.label, "policy": spec.entry.name,
-                    "params": dataclasses.asdict(spec.resolved), "rate": spec.rate,
-                    "seed": spec.seed, "num_requests": len(trace), "wall_s": wall_s,
-                    "cluster": dataclasses.asdict(cfg.cluster_for(spec.entry))}}
 
 
 # ---- command line ---------------------------------------------------------------------------
@@ -192,6 +184,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--list", action="store_true",
                         help="list policies, models, GPUs and trace formats, then exit")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--jobs", "-j", type=int, default=1,
+                        help="runs in parallel in a local process pool (default 1)")
+    parser.add_argument("--ray", action="store_true", help="run on Ray (RAY_ADDRESS or local)")
     parser.add_argument("--backend", choices=("sim", "real"), default=None,
                         help="override cluster.backend: sim (cost model) or real (torch engine)")
     parser.add_argument("--capacity", action="store_true", help="search each policy's highest "
@@ -217,10 +212,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         out_dir = Path(args.out) if args.out else Path("results") / cfg.name
-        rows = run_sweep(cfg, out_dir, progress=not args.no_progress)
+        rows = run_sweep(cfg, out_dir, progress=not args.no_progress, jobs=args.jobs,
+                         use_ray=args.ray)
     except (ConfigError, TraceError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except SweepFailures as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted; finished runs are already written", file=sys.stderr)
         return 130

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from sim.calibrated import FEATURES, step_features
+from sim.errors import check_positive
 from sim.executor import Step
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ def profile_grid(quick: bool, kv_capacity: int, max_len: int, block_size: int = 
     shapes += [Shape("decode", ((1, c),) * b) for b, c in itertools.product(*decode)]
     shapes += [Shape("mixed", ((1, c),) * b + ((p, 0),))
                for b, c, p in itertools.product(*mixed)]
+
     def blocks(s: Shape) -> int:
         return sum(-(-(n + c + DECODE_ITERATIONS) // block_size) for n, c in s.chunks)
 
@@ -94,6 +96,7 @@ def profile_executor(executor: TorchExecutor, quick: bool = False, reps: int = 3
     """One row per shape (two for decodes: first and later iterations): its features, and the
     median / min / std of the measured seconds. The grid is timed in `reps` interleaved passes
     after a warm-up pass, so a burst of load on the machine does not hit every run of a shape."""
+    check_positive("reps", reps)
     executor.reset()
     shapes = profile_grid(quick, executor.kv_capacity_tokens,
                           executor.config.spec.max_position_embeddings, executor.block_size)

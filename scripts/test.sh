@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[dev,hf,predictor,real]"
+python -m pip install -q -e ".[dev,hf,predictor,real,ray]"
 python -m pytest -q "$@"

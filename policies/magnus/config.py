@@ -35,7 +35,7 @@ class PredictorConfig:
     user_dims: int = 16  # compressed user-input features (paper: 16)
     app_dims: int = 4  # compressed application-instruction features (paper: 4)
     regressor: str = "rf"  # input_length only: "rf" (random forest) or "linear"
-    num_trees: int = 50  # trees per random forest
+    num_trees: int = 30  # trees per random forest
     relative_error: float = 0.2  # noisy_oracle: prediction = truth * (1 + U(-e, e))
     cache_dir: str | None = None  # embedding cache; None: ~/.cache/servesim/embeddings
 

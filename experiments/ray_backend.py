@@ -1,0 +1,37 @@
+"""Sweep runs as Ray tasks, so a sweep that outgrows one machine runs on a Ray cluster.
+
+`ray.init()` honours RAY_ADDRESS (e.g. `ray://head:10001` or `auto` on a cluster node); without
+it a local Ray instance starts. Workers return results to the driver, which persists them, so the
+cluster needs no shared filesystem. Install with `pip install -e ".[ray]"`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Iterator
+
+from sim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from experiments.config import ExperimentConfig
+    from experiments.sweep import RunOutput, RunSpec
+
+
+def ray_outputs(cfg: "ExperimentConfig", specs: list["RunSpec"]) -> Iterator["RunOutput"]:
+    """Submit one Ray task per run; yield outputs in completion order."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--ray", True, "Ray is not installed: pip install -e '.[ray]'") from None
+    from experiments.sweep import simulate_run
+
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,
+                 log_to_driver=False, ignore_reinit_error=True)
+    task = ray.remote(simulate_run)
+    cfg_ref = ray.put(cfg)
+    pending = [task.remote(cfg_ref, spec) for spec in specs]
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        for ref in done:
+            yield ray.get(ref)
