@@ -53,6 +53,8 @@ def plot_against_rate(df: pd.DataFrame, metrics=RATE_METRICS, title: str = "") -
                 ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.2)
         ax.set_xlabel("request rate (req/s)")
         ax.set_ylabel(label)
+        if "latency" in label or "TTFT" in label:  # spans orders of magnitude past saturation
+            ax.set_yscale("log")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(metrics):]:
         ax.axis("off")
