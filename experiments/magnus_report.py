@@ -1,12 +1,13 @@
 """Plots and ratio tables of a Magnus sweep (`experiments/configs/magnus.yaml`).
 
-    python -m experiments.magnus_report [RESULTS_DIR] [--figures DIR] [--target Magnus]
+    python -m experiments.magnus_report [RESULTS_DIR] [--figures DIR]
+        [--targets Magnus,Magnus-oracle] [--baselines VS,VSQ,CCB]
 
 Reads RESULTS_DIR/summary.csv and each run's steps.parquet, then
 - plots request throughput, mean and p99 latency, and valid / total generated-token throughput
   against the request rate, one line per policy label (FIGURES/magnus_*.png);
-- writes RESULTS_DIR/magnus_ratios.md: the target's change against every other label at each
-  rate, and the range over rates, next to the paper's ranges.
+- writes RESULTS_DIR/magnus_ratios.md: each target's change against the first baseline at each
+  rate, and the range over rates against every baseline, next to the paper's ranges.
 Valid tokens are the outputs of finished requests; total generated tokens count every sampled
 slot of every iteration, wasted slots of finished requests in a static batch and iterations
 lost to OOM included.
@@ -55,7 +56,7 @@ def plot(frame: pd.DataFrame, labels: Sequence[str], figures: Path) -> list[Path
     figures.mkdir(parents=True, exist_ok=True)
     written = []
     panels = [(m, t, None) for m, t in METRICS] + [
-        ("valid_token_throughput", "token throughput (tok/s)", "total_token_generated_throughput")]
+        ("valid_token_throughput", "tokens/s", "total_token_generated_throughput")]
     for metric, title, dashed in panels:
         fig, ax = plt.subplots(figsize=(5.5, 3.8))
         for i, label in enumerate(labels):
@@ -65,7 +66,10 @@ def plot(frame: pd.DataFrame, labels: Sequence[str], figures: Path) -> list[Path
             if dashed:
                 ax.plot(rows["rate"], rows[dashed], "x--", color=color, alpha=0.6)
         ax.set_xlabel("request rate (req/s)")
-        ax.set_ylabel(title + (" — solid valid, dashed total" if dashed else ""))
+        ax.set_ylabel(title)
+        if dashed:
+            ax.set_title("generated tokens/s: valid (solid), total incl. waste (dashed)",
+                         fontsize=9)
         if metric != "request_throughput" and not dashed:
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
@@ -84,26 +88,33 @@ def change(target: float, base: float) -> float:
     return 100.0 * (target / base - 1.0)
 
 
-def ratio_table(frame: pd.DataFrame, target: str, baselines: Sequence[str]) -> str:
-    """Markdown: per baseline and rate, the target's throughput / latency change in %."""
-    lines = [f"| {target} vs | rate | req/s | mean latency | p99 latency |",
-             "|---|---|---|---|---|"]
-    ranges = []
+def changes(frame: pd.DataFrame, target: str, base: str) -> pd.DataFrame:
+    """Per common rate: the target's % change against base of each METRICS column."""
     mine = frame[frame["label"] == target].set_index("rate")
-    for base in baselines:
-        theirs = frame[frame["label"] == base].set_index("rate")
-        rates = sorted(set(mine.index) & set(theirs.index))
-        cells: dict[str, list[float]] = {m: [] for m, _ in METRICS}
-        for rate in rates:
-            row = [change(mine.loc[rate, m], theirs.loc[rate, m]) for m, _ in METRICS]
-            for (m, _), value in zip(METRICS, row):
-                cells[m].append(value)
-            lines.append(f"| {base} | {rate:g} | " + " | ".join(f"{v:+.1f}%" for v in row) + " |")
-        if rates:
-            ranges.append(f"| {base} | all rates | " + " | ".join(
-                f"{min(cells[m]):+.1f}% to {max(cells[m]):+.1f}%" for m, _ in METRICS) + " |")
-    lines += ranges
-    lines.append("| paper (vs baselines) | | " + " | ".join(PAPER[m] for m, _ in METRICS) + " |")
+    theirs = frame[frame["label"] == base].set_index("rate")
+    rates = sorted(set(mine.index) & set(theirs.index))
+    return pd.DataFrame({m: [change(mine.loc[r, m], theirs.loc[r, m]) for r in rates]
+                         for m, _ in METRICS}, index=pd.Index(rates, name="rate"))
+
+
+def ratio_table(frame: pd.DataFrame, targets: Sequence[str], baselines: Sequence[str]) -> str:
+    """Markdown: each target's change against the first baseline at every rate, then the range
+    over rates against every baseline, then the paper's ranges."""
+    first = baselines[0]
+    head = " | ".join(f"{t} req/s | {t} mean | {t} p99" for t in targets)
+    lines = [f"| vs {first}: rate | {head} |", "|---" * (1 + 3 * len(targets)) + "|"]
+    per_target = [changes(frame, t, first) for t in targets]
+    for rate in per_target[0].index:
+        cells = [f"{c.loc[rate, m]:+.1f}%" for c in per_target for m, _ in METRICS]
+        lines.append(f"| {rate:g} | " + " | ".join(cells) + " |")
+    lines += ["", "| target | vs | req/s | mean latency | p99 latency |", "|---|---|---|---|---|"]
+    for target in targets:
+        for base in baselines:
+            c = changes(frame, target, base)
+            lines.append(f"| {target} | {base} (all rates) | " + " | ".join(
+                f"{c[m].min():+.1f}% to {c[m].max():+.1f}%" for m, _ in METRICS) + " |")
+    lines.append("| paper: Magnus | VS, VSQ, CCB | " + " | ".join(PAPER[m] for m, _ in METRICS)
+                 + " |")
     return "\n".join(lines)
 
 
@@ -111,17 +122,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.magnus_report")
     parser.add_argument("results", nargs="?", default="results/magnus")
     parser.add_argument("--figures", default="docs/figures")
-    parser.add_argument("--target", default="Magnus")
+    parser.add_argument("--targets", default="Magnus,Magnus-oracle",
+                        help="comma-separated labels whose changes are tabulated")
+    parser.add_argument("--baselines", default="VS,VSQ,CCB",
+                        help="comma-separated labels compared against (the first per rate)")
     args = parser.parse_args(argv)
     results = Path(args.results)
     frame = load(results)
     labels = list(dict.fromkeys(frame["label"]))
-    if args.target not in labels:
-        print(f"error: no runs labelled {args.target!r} in {results}", file=sys.stderr)
+    targets = [t for t in args.targets.split(",") if t in labels]
+    baselines = [b for b in args.baselines.split(",") if b in labels]
+    if not targets or not baselines:
+        print(f"error: {results} has none of the targets {args.targets} or baselines "
+              f"{args.baselines} (labels: {', '.join(labels)})", file=sys.stderr)
         return 2
     for path in plot(frame, labels, Path(args.figures)):
         print(f"wrote {path}", file=sys.stderr)
-    table = ratio_table(frame, args.target, [lab for lab in labels if lab != args.target])
+    table = ratio_table(frame, targets, baselines)
     (results / "magnus_ratios.md").write_text(table + "\n", encoding="utf-8")
     columns = ["label", "rate", "request_throughput", "mean_e2e_s", "p99_e2e_s",
                "valid_token_throughput", "total_token_generated_throughput",

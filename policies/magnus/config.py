@@ -78,7 +78,7 @@ class MagnusConfig(PolicyConfig):
     predictor: PredictorConfig | Mapping[str, Any] = field(  # length predictor (or mapping)
         default_factory=PredictorConfig)
     batch_size: int | None = None  # requests per batch at most; None: memory decides (ABP)
-    wma_threshold: float = 20_000.0  # Φ, token reads: a batch joins only below it
+    wma_threshold: float = 20_000.0  # Φ, token reads: a request joins only below it
     wma_aggregate: str = "max"  # batch WMA = max (issue 4) or sum over its requests
     memory_fraction: float = 1.0  # Θ: share of the KV capacity a batch may plan to fill
     scheduler: str = "hrrn"  # hrrn (Magnus) or fcfs (GLP / ABP): which queued batch runs next

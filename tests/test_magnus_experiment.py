@@ -1,0 +1,52 @@
+"""experiments/configs/magnus.yaml: per-policy cluster overrides, and a tiny sweep + report."""
+
+from pathlib import Path
+
+import pytest
+
+from experiments import magnus_report
+from experiments.config import experiment_from_dict
+from experiments.run import load_config, main
+from sim.errors import ConfigError
+from traces.magnus_workload import default_magnus_path
+
+CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "magnus.yaml"
+
+
+def test_config_runs_vsq_on_int8_weights_and_the_rest_on_fp16():
+    cfg = load_config(CONFIG)
+    labels = [e.label for e in cfg.policies]
+    assert labels[:6] == ["VS", "VSQ", "CCB", "GLP", "ABP", "Magnus"]
+    dtypes = {e.label: cfg.cluster_for(e).weight_dtype for e in cfg.policies}
+    assert dtypes["VSQ"] == "int8" and dtypes["VS"] == dtypes["Magnus"] == "fp16"
+    assert cfg.cluster_for(cfg.policies[1]).gpu == "V100-32GB"  # the rest is inherited
+    magnus = cfg.policies[labels.index("Magnus")].resolve("policies[5]")
+    assert magnus.predictor.kind == "semantic" and magnus.batch_size is None
+
+
+def test_a_bad_cluster_override_names_its_policy_entry():
+    raw = {"workload": {"synthetic": {"num_requests": 5}}, "request_rates": [1],
+           "policies": [{"name": "vanilla"}, {"name": "vanilla", "label": "q",
+                                              "cluster": {"gpu": "B300"}}]}
+    with pytest.raises(ConfigError) as err:
+        experiment_from_dict(raw, "x")
+    assert err.value.field.startswith("policies[1].cluster")
+
+
+@pytest.mark.skipif(not default_magnus_path().is_file(), reason="shared data not present")
+def test_tiny_sweep_and_report(tmp_path, monkeypatch):
+    monkeypatch.chdir(CONFIG.parents[2])  # the config's data paths are relative to the repo
+    out, figures = tmp_path / "out", tmp_path / "figures"
+    overrides = ["max_requests=30", "request_rates=[4]"]
+    for i in (3, 4, 5):  # GLP, ABP, Magnus: torch-free embedder, small training set
+        overrides += [f"policies.{i}.params.predictor.model=hashing",
+                      f"policies.{i}.params.predictor.max_train_per_task=40",
+                      f"policies.{i}.params.predictor.cache_dir={tmp_path / 'cache'}"]
+    args = [str(CONFIG), "--out", str(out), "--no-progress"]
+    assert main(args + [f"--set={o}" for o in overrides]) == 0
+    assert magnus_report.main([str(out), "--figures", str(figures)]) == 0
+    assert {p.name for p in figures.glob("*.png")} == {
+        "magnus_request_throughput.png", "magnus_mean_latency.png", "magnus_p99_latency.png",
+        "magnus_token_throughput.png"}
+    table = (out / "magnus_ratios.md").read_text()
+    assert "\n| 4 | " in table and "| Magnus | VS (all rates) |" in table and "paper" in table
