@@ -17,25 +17,19 @@ import dataclasses
 import re
 import shutil
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import pandas as pd
 import yaml
 from tqdm import tqdm
 
-from experiments.config import ExperimentConfig, PolicyEntry, experiment_from_dict, rebase
-from experiments.report import (catalogue, format_table, run_line,
-                                write_json, write_run, write_summaries)
+from experiments.config import ExperimentConfig, experiment_from_dict, rebase
+from experiments.report import catalogue, format_table, run_line, write_json, write_summaries
 from experiments.sweep import (check_jobs, expand, finished_row, iter_outputs, persist,
                                preload, record_failures)
 from experiments.workload import trace_path
 from sim.cluster import ClusterSpec, build_executors
 from sim.errors import ConfigError, TraceError
-from sim.simulate import simulate
-from sim.slo import slo_summary
 
 
 # ---- config loading and --set overrides ---------------------------------------------------

@@ -22,7 +22,7 @@ import numpy as np
 
 from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
 from sim.errors import ConfigError
-from sim.executor import Step, StepResult, truncate_ends
+from sim.executor import Step, StepResult, modelled_result
 from sim.hardware import GPUSpec
 from sim.models import ModelSpec
 
@@ -144,14 +144,7 @@ class CalibratedExecutor:
         """Model `step`; stop after the first iteration ending at or after `until_s` seconds."""
         oom_at = self._first_oom_iteration(step, step.num_iterations) if step.num_seqs else 0
         ends = np.cumsum(self.times.iteration_times(step, oom_at or step.num_iterations))
-        if not oom_at:
-            kept = truncate_ends(ends, until_s)
-            return StepResult(float(kept[-1]), kept)
-        before = ends[: oom_at - 1]
-        if len(before) and before[-1] >= until_s:  # the step stops before it would fail
-            kept = truncate_ends(before, until_s)
-            return StepResult(float(kept[-1]), kept)
-        return StepResult(float(ends[oom_at - 1]), before, oom=True)
+        return modelled_result(ends, until_s, oom_at)
 
 
 # ---- calibration files ----------------------------------------------------------------------

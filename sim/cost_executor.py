@@ -8,7 +8,7 @@ from operator import mul
 import numpy as np
 
 from sim.cost_model import RooflineCostModel
-from sim.executor import InstanceInfo, Step, StepResult, truncate_ends
+from sim.executor import InstanceInfo, Step, StepResult, modelled_result
 
 
 class CostModelExecutor:
@@ -58,11 +58,4 @@ class CostModelExecutor:
             sum_n, sum_c, sum(map(mul, n, c)), sum(map(mul, n, n)), num_seqs,
             sum(step.samples), iterations)
         ends = times if iterations == 1 else np.cumsum(times)
-        if not oom_at:
-            kept = truncate_ends(ends, until_s)
-            return StepResult(float(kept[-1]), kept)
-        before = ends[: oom_at - 1]
-        if len(before) and before[-1] >= until_s:  # the step stops before it would fail
-            kept = truncate_ends(before, until_s)
-            return StepResult(float(kept[-1]), kept)
-        return StepResult(float(ends[oom_at - 1]), before, oom=True)
+        return modelled_result(ends, until_s, oom_at)

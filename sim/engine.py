@@ -128,10 +128,10 @@ class Simulation:
             reserved = policy.num_reserved_kv_tokens(instance_id)
             yield env.timeout(result.duration_s)
             m = result.num_iterations
-            kv = step.kv_tokens_after(m) if m else 0
-            rec.record_step(instance_id, start, env.now - start, m, step.num_seqs,
-                            step.num_first_tokens, sum(step.num_context_tokens),
-                            step.num_first_tokens + max(m - 1, 0) * step.num_seqs if m else 0,
+            first, ctx, seqs = step.num_first_tokens, sum(step.num_context_tokens), step.num_seqs
+            computed = first + (m - 1) * seqs if m else 0  # tokens over completed iterations
+            kv = ctx + computed if m else 0  # step.kv_tokens_after(m)
+            rec.record_step(instance_id, start, env.now - start, m, seqs, first, ctx, computed,
                             kv, reserved, result.oom)
             st.busy_s += env.now - start
             st.num_steps += 1

@@ -139,3 +139,15 @@ def truncate_ends(ends: np.ndarray, until_s: float) -> np.ndarray:
         return ends
     cut = int(np.searchsorted(ends, until_s, side="left"))
     return ends[: cut + 1]
+
+
+def modelled_result(ends: np.ndarray, until_s: float, oom_at: int = 0) -> StepResult:
+    """The StepResult of a modelled step with cumulative iteration `ends`: cut at `until_s`, or
+    failing at 1-based iteration `oom_at` (0: never) unless the cut comes first."""
+    if oom_at:
+        before = ends[: oom_at - 1]
+        if not (len(before) and before[-1] >= until_s):
+            return StepResult(float(ends[oom_at - 1]), before, oom=True)
+        ends = before  # the step stops before it would fail
+    kept = truncate_ends(ends, until_s)
+    return StepResult(float(kept[-1]), kept)

@@ -44,9 +44,6 @@ class GapLog:
         return (np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in values]),
                 np.concatenate([w.ravel() for w in weights]))
 
-    @property
-    def num_gaps(self) -> int:
-        return int(self.arrays()[1].sum())
 
 
 @dataclass

@@ -1,6 +1,5 @@
 """HRRN / FCFS batch order, the KNN batch-time estimator, and the continuous-learning filters."""
 
-import numpy as np
 import pytest
 
 from policies.magnus.batcher import QueuedBatch

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 import yaml
 
-import experiments.run as run_module
 from experiments.run import apply_overrides, load_config, main
 from sim.errors import ConfigError
 

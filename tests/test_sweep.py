@@ -110,3 +110,17 @@ def test_ray_path_runs_on_a_local_ray_instance(tmp_path, monkeypatch):
     a = pd.read_csv(tmp_path / "ray" / "summary.csv").set_index("run").sort_index()
     b = pd.read_csv(tmp_path / "local" / "summary.csv").set_index("run").sort_index()
     pd.testing.assert_frame_equal(a[METRICS], b[METRICS])
+
+
+def test_bad_jobs_is_a_clear_error(tmp_path, capsys):
+    assert sweep(tmp_path, tmp_path / "out", "--jobs", "0") == 2
+    err = capsys.readouterr().err
+    assert "--jobs=0" in err and "must be >= 1" in err
+
+
+def test_ray_without_the_extra_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    assert sweep(tmp_path, tmp_path / "out", "--ray") == 2
+    err = capsys.readouterr().err
+    assert "--ray" in err and "pip install" in err
