@@ -23,7 +23,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sim.executor import Step
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sim.executor import Step  # noqa: E402
 
 
 def decode_step_s(ex: Any, batch: int, context: int, reps: int, first_id: int) -> float:
