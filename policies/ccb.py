@@ -17,7 +17,7 @@ from sim.errors import check_positive
 from policies.base import PolicyConfig
 from policies.orca import OrcaPolicy
 from policies.registry import register_policy
-from policies.routing import get_router
+from policies.routing import check_router
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class CCBConfig(PolicyConfig):
     def __post_init__(self) -> None:
         check_positive("max_gen_tokens", self.max_gen_tokens)
         check_positive("max_batch_size", self.max_batch_size)
-        get_router(self.router)
+        check_router(self.router)
 
     @property
     def max_tokens(self) -> int:

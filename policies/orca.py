@@ -19,7 +19,7 @@ from sim.request import Request, emit_batch
 
 from policies.base import Policy, PolicyConfig
 from policies.registry import register_policy
-from policies.routing import get_router
+from policies.routing import InstanceLoad, build_router, check_router
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class OrcaConfig(PolicyConfig):
     def __post_init__(self) -> None:
         check_positive("max_batch_size", self.max_batch_size)
         check_positive("max_tokens", self.max_tokens)
-        get_router(self.router)
+        check_router(self.router)
 
 
 @dataclass
@@ -49,7 +49,7 @@ class OrcaPolicy(Policy):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.state = [_Instance() for _ in self.instances]
-        self.route = get_router(self.config.router)
+        self.router = build_router(self.config.router, len(self.instances))
 
     def reservation(self, request: Request) -> int:
         """KV tokens reserved for a request: its prompt plus `max_tokens`."""
@@ -64,8 +64,10 @@ class OrcaPolicy(Policy):
         fits = [i for i, info in enumerate(self.instances) if info.kv_capacity_tokens >= need]
         if not fits:
             return not self.reject_if_too_large(request, need, now)
-        loads = [len(self.state[i].waiting) + len(self.state[i].running) for i in fits]
-        self.state[fits[self.route(loads, request.request_id)]].waiting.append(request)
+        loads = [InstanceLoad(i, self.state[i].waiting, self.state[i].running,
+                              self.state[i].reserved, self.instances[i].kv_capacity_tokens)
+                 for i in fits]
+        self.state[self.router.route(request, loads)].waiting.append(request)
         return True
 
     def next_step(self, instance_id: int, now: float) -> Step | None:

@@ -31,7 +31,7 @@ from sim.executor import Step, StepResult
 from sim.request import Request, emit_batch
 
 from policies.base import Policy, PolicyConfig
-from policies.routing import get_router
+from policies.routing import InstanceLoad, build_router, check_router
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class PagedConfig(PolicyConfig):
         if not 0.0 <= self.watermark < 1.0:
             raise ConfigError("watermark", self.watermark, "must be in [0, 1)")
         check_positive("max_num_seqs", self.max_num_seqs)
-        get_router(self.router)
+        check_router(self.router)
 
 
 @dataclass
@@ -76,7 +76,7 @@ class PagedPolicy(Policy):
                                   f"KV capacity of {info.kv_capacity_tokens} tokens")
         self.state = [PagedInstance(BlockManager(info.kv_capacity_tokens // bs, bs, wm))
                       for info in self.instances]
-        self.route = get_router(self.config.router)
+        self.router = build_router(self.config.router, len(self.instances))
 
     # ---- arrivals -----------------------------------------------------------------------
     def never_fits(self, s: PagedInstance, num_tokens: int) -> bool:
@@ -90,8 +90,10 @@ class PagedPolicy(Policy):
             request.reject(now, f"prompt + 1 = {need} tokens need more KV blocks than any "
                                 f"instance has")
             return False
-        loads = [len(self.state[i].waiting) + len(self.state[i].running) for i in fits]
-        self.state[fits[self.route(loads, request.request_id)]].waiting.append(request)
+        loads = [InstanceLoad(i, self.state[i].waiting, self.state[i].running,
+                              self.num_reserved_kv_tokens(i), self.instances[i].kv_capacity_tokens)
+                 for i in fits]
+        self.state[self.router.route(request, loads)].waiting.append(request)
         return True
 
     # ---- admission, growth, preemption ----------------------------------------------------

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from sim.errors import ConfigError, check_fraction, check_positive
+from sim.heterogeneous import build_heterogeneous, normalize_instances
 
 BACKENDS = ("sim", "real")  # cost model | the real torch engine
 
@@ -30,9 +31,13 @@ class ClusterSpec:
     cost_model: Mapping[str, Any] = field(default_factory=dict)  # CostModelConfig overrides
     backend: str = "sim"  # sim: cost model | real: the torch engine (needs torch)
     real: Mapping[str, Any] = field(default_factory=dict)  # real.options.RealOptions fields
+    instances: tuple[Mapping[str, Any], ...] = ()  # groups overriding gpu...
 
     def __post_init__(self) -> None:
         check_positive("cluster.num_instances", self.num_instances)
+        groups, total = normalize_instances(self.instances, self.num_instances)
+        object.__setattr__(self, "instances", groups)
+        object.__setattr__(self, "num_instances", total)
         check_positive("cluster.tensor_parallel", self.tensor_parallel)
         check_fraction("cluster.gpu_memory_utilization", self.gpu_memory_utilization)
         if self.backend not in BACKENDS:
@@ -41,6 +46,8 @@ class ClusterSpec:
 
 def build_executors(spec: ClusterSpec) -> list:
     """One executor per instance: cost-model ones share one immutable cost model."""
+    if spec.instances:
+        return build_heterogeneous(spec, build_executors)
     if spec.backend == "real":
         from real.options import build_real_executors  # lazy: torch only for this backend
 

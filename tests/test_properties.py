@@ -21,7 +21,8 @@ traces = st.lists(
 
 # extra parameter sets that stress a policy's limits on small capacities
 VARIANTS: dict[str, list[dict]] = {
-    "orca": [{"max_tokens": 64, "max_batch_size": 4}],
+    "orca": [{"max_tokens": 64, "max_batch_size": 4}, {"router": "round_robin"}],
+    "ccb": [{"router": "least_kv"}],
     "vanilla": [{"batch_size": 3, "on_oom": "split"}],
 }
 
@@ -63,7 +64,7 @@ def check_invariants(trace: pd.DataFrame, policy: str, executors: list,
 @pytest.mark.parametrize("policy", POLICIES)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces, capacity=st.integers(200, 3000), instances=st.integers(1, 3),
-       variant=st.integers(0, 1))
+       variant=st.integers(0, 3))
 def test_invariants_hold_for_every_policy(policy, trace, capacity, instances, variant):
     ex = LinearExecutor(capacity=capacity, per_ctx_s=1e-6)
     params = ([{}] + VARIANTS.get(policy, []))[variant % (1 + len(VARIANTS.get(policy, [])))]
