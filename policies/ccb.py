@@ -24,7 +24,7 @@ from policies.routing import check_router
 class CCBConfig(PolicyConfig):
     max_gen_tokens: int = 2048  # output tokens reserved per request (and the most it may ask)
     max_batch_size: int = 256  # requests per iteration (at most); memory binds first
-    router: str = "least_loaded"  # how arrivals are spread over instances
+    router: str = "least_requests"  # how arrivals are spread over instances
 
     def __post_init__(self) -> None:
         check_positive("max_gen_tokens", self.max_gen_tokens)

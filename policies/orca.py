@@ -26,7 +26,7 @@ from policies.routing import InstanceLoad, build_router, check_router
 class OrcaConfig(PolicyConfig):
     max_batch_size: int = 32  # requests per iteration (at most)
     max_tokens: int = 2048  # output tokens reserved per request (ORCA's max-length reservation)
-    router: str = "least_loaded"  # how arrivals are spread over instances
+    router: str = "least_requests"  # how arrivals are spread over instances
 
     def __post_init__(self) -> None:
         check_positive("max_batch_size", self.max_batch_size)
