@@ -29,6 +29,7 @@ from experiments.report import write_json
 from experiments.workload import build_workload, load_base_trace
 from sim.cluster import build_executors
 from sim.errors import ConfigError, TraceError, check_positive
+from sim.overhead import overhead_kwargs
 from sim.simulate import simulate
 from sim.slo import SLO, slo_summary, slo_violations
 
@@ -101,7 +102,8 @@ def probe_runs(cfg: ExperimentConfig, entry: PolicyEntry, slo: SLO, base: pd.Dat
             trace = build_workload(cfg, base, rate, seed)
             if len(trace) == 0:
                 raise TraceError(entry.label, "the workload has no requests")
-            res = replay(trace, entry.name, entry.params, build_executors(cluster), seed=seed)
+            res = replay(trace, entry.name, entry.params, build_executors(cluster), seed=seed,
+                         **overhead_kwargs(cluster))
             summary = {**res.summary, **slo_summary(res.records, res.summary, slo)}
             missed = slo_violations(summary, slo)
             rows.append({"label": entry.label, "policy": entry.name, "rate": rate,

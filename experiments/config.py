@@ -13,9 +13,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from policies.prefix_caching import check_prefix_caching_backend
 from sim.cluster import ClusterSpec
 from sim.errors import ConfigError
 from sim.slo import SLO
+from traces.sessions import SessionConfig
 from traces.synthetic import LENGTH_PRESETS, LengthDist, SyntheticConfig
 
 TOP_LEVEL_KEYS = ("name", "workload", "cluster", "policies", "request_rates", "seeds",
@@ -141,10 +143,11 @@ class TraceWorkload:
 class WorkloadConfig:
     synthetic: SyntheticWorkload | None = None
     trace: TraceWorkload | None = None
+    sessions: SessionConfig | None = None  # multi-turn sessions (traces/sessions.py)
 
     def __post_init__(self) -> None:
-        if (self.synthetic is None) == (self.trace is None):
-            raise ConfigError("workload", None, "give exactly one of synthetic / trace")
+        if [self.synthetic, self.trace, self.sessions].count(None) != 2:
+            raise ConfigError("workload", None, "give exactly one of synthetic / trace / sessions")
 
 
 # ---- policies and the experiment ----------------------------------------------------------
@@ -204,8 +207,9 @@ class ExperimentConfig:
             raise ConfigError("policies", [], "list at least one policy")
         labels: set[str] = set()
         for i, entry in enumerate(self.policies):
-            entry.resolve(f"policies[{i}]")
-            self.cluster_for(entry, f"policies[{i}].cluster")
+            config = entry.resolve(f"policies[{i}]")
+            cluster = self.cluster_for(entry, f"policies[{i}].cluster")
+            check_prefix_caching_backend(config, cluster.backend, f"policies[{i}].params")
             if not isinstance(entry.label, str) or not NAME_PATTERN.match(entry.label):
                 raise ConfigError(f"policies[{i}].label", entry.label,
                                   "must be letters, digits, '_', '.' or '-'")
@@ -227,6 +231,9 @@ class ExperimentConfig:
         if self.workload.synthetic is not None:
             for rate in self.request_rates:
                 self.workload.synthetic.at_rate(rate)
+        if self.workload.sessions is not None:
+            for i, rate in enumerate(self.request_rates):
+                sessions_at_rate(self.workload.sessions, rate, f"request_rates[{i}]")
 
     def cluster_for(self, entry: PolicyEntry, where: str = "cluster") -> ClusterSpec:
         """The cluster a policy entry runs on: the experiment's, with the entry's overrides
@@ -305,7 +312,7 @@ def build(cls: type, where: str, raw: Mapping[str, Any], inner: str = "") -> Any
 
 def workload_from_dict(value: object) -> WorkloadConfig:
     raw = mapping("workload", value)
-    check_keys("workload", raw, ("synthetic", "trace"))
+    check_keys("workload", raw, ("synthetic", "trace", "sessions"))
     synthetic, trace = None, None
     if "synthetic" in raw:
         fields = mapping("workload.synthetic", raw["synthetic"])
@@ -316,7 +323,31 @@ def workload_from_dict(value: object) -> WorkloadConfig:
         synthetic = build(SyntheticWorkload, "workload.synthetic", fields)
     if "trace" in raw:
         trace = build(TraceWorkload, "workload.trace", mapping("workload.trace", raw["trace"]))
-    return WorkloadConfig(synthetic, trace)
+    sessions = sessions_from_dict(raw["sessions"]) if "sessions" in raw else None
+    return WorkloadConfig(synthetic, trace, sessions)
+
+
+def sessions_from_dict(value: object) -> SessionConfig:
+    """`workload.sessions`: SessionConfig fields (lengths as LengthDist mappings) but the
+    rate, which comes from request_rates."""
+    where = "workload.sessions"
+    fields = mapping(where, value)
+    if "rate_per_s" in fields:
+        raise ConfigError(f"{where}.rate_per_s", fields["rate_per_s"],
+                          "set the request rate with request_rates")
+    for name in ("new_input", "output"):
+        if fields.get(name) is not None:
+            fields[name] = build(LengthDist, f"{where}.{name}",
+                                 mapping(f"{where}.{name}", fields[name]), "length.")
+    return build(SessionConfig, where, fields, "sessions.")
+
+
+def sessions_at_rate(sessions: SessionConfig, rate: float, where: str) -> SessionConfig:
+    """The session workload at `rate` requests per second."""
+    try:
+        return dataclasses.replace(sessions, rate_per_s=rate)
+    except ConfigError as err:
+        raise ConfigError(where, rate, str(err)) from None
 
 
 def cluster_from_dict(value: object, where: str = "cluster") -> ClusterSpec:

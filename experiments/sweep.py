@@ -132,6 +132,7 @@ def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
 def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
               on_done: Callable[[int], None] | None) -> RunResult:
     from sim.cluster import build_executors
+    from sim.overhead import overhead_kwargs
     from sim.simulate import simulate
     from sim.slo import slo_summary
 
@@ -140,7 +141,7 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
     if cluster.backend == "real":  # the torch engine; the clock advances by measured times
         from real.replay import replay
     result = replay(trace, spec.entry.name, spec.entry.params, build_executors(cluster),
-                    seed=spec.seed, on_done=on_done)
+                    seed=spec.seed, on_done=on_done, **overhead_kwargs(cluster))
     if cfg.slo is not None:
         result.summary.update(slo_summary(result.records, result.summary, cfg.slo))
     return result

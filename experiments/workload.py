@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.config import ExperimentConfig, TraceWorkload
+from experiments.config import ExperimentConfig, TraceWorkload, sessions_at_rate
 from sim.errors import TraceError
 from traces.registry import load_trace, shared_trace_path
+from traces.sessions import session_trace
 from traces.synthetic import poisson_from_lengths, scale_rate, synthetic_trace
 
 
@@ -33,6 +34,9 @@ def build_workload(cfg: ExperimentConfig, base: pd.DataFrame | None, rate: float
     if cfg.workload.synthetic is not None:
         assert rate is not None
         df = synthetic_trace(cfg.workload.synthetic.at_rate(rate), seed)
+    elif cfg.workload.sessions is not None:
+        assert rate is not None
+        df = session_trace(sessions_at_rate(cfg.workload.sessions, rate, "rate"), seed)
     else:
         assert base is not None and cfg.workload.trace is not None
         df = retime(base, cfg.workload.trace, rate, seed)

@@ -16,6 +16,9 @@ keeps blocks free when admitting, except into an empty instance (nothing to prot
 A decode-only step runs `k` iterations, `k` = the fewest remaining outputs in the batch and at
 most as many iterations as the free blocks can grow every request by, so the batch cannot change
 inside the step except by an arrival (which the engine cuts the step at).
+
+With `num_speculative_tokens` = k > 0 (and a cluster draft model), every decode is a one-iteration
+speculative verify of k + 1 tokens instead (`policies/speculative.py`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from sim.executor import Step, StepResult
 from sim.request import Request, emit_batch
 
 from policies.base import Policy, PolicyConfig
+from policies.prefix_caching import PrefixCaching
+from policies.speculative import build_speculator, check_speculative
 from policies.routing import InstanceLoad, build_router, check_router
 
 
@@ -41,7 +46,11 @@ class PagedConfig(PolicyConfig):
     block_size: int = 16  # tokens per KV block
     watermark: float = 0.01  # fraction of blocks kept free when admitting a request
     max_num_seqs: int = 256  # running requests per instance (at most)
-    router: str = "least_loaded"  # how arrivals are spread over instances
+    router: str = "least_requests"  # how arrivals are spread over instances
+    num_speculative_tokens: int = 0  # k: draft tokens per decode (policies/speculative.py)
+    acceptance_rate: float = 0.7  # per-token probability the target accepts a draft token
+    acceptance_concentration: float = 0.0  # Beta concentration of per-request rates; 0: fixed
+    enable_prefix_caching: bool = False  # reuse cached prefix KV blocks (prefix_caching.py)
 
     def __post_init__(self) -> None:
         check_positive("block_size", self.block_size)
@@ -49,6 +58,15 @@ class PagedConfig(PolicyConfig):
             raise ConfigError("watermark", self.watermark, "must be in [0, 1)")
         check_positive("max_num_seqs", self.max_num_seqs)
         check_router(self.router)
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ConfigError("enable_prefix_caching", self.enable_prefix_caching,
+                              "must be true or false")
+        if self.enable_prefix_caching and self.num_speculative_tokens:
+            raise ConfigError("enable_prefix_caching", True, "not with num_speculative_tokens > "
+                              "0: a full cache hit admits a request with one token left, which "
+                              "a verify step would take for a decode")
+        check_speculative(self.num_speculative_tokens, self.acceptance_rate,
+                          self.acceptance_concentration)
 
 
 @dataclass
@@ -74,9 +92,15 @@ class PagedPolicy(Policy):
             if info.kv_capacity_tokens < bs:
                 raise ConfigError("block_size", bs, f"larger than instance {info.instance_id}'s "
                                   f"KV capacity of {info.kv_capacity_tokens} tokens")
-        self.state = [PagedInstance(BlockManager(info.kv_capacity_tokens // bs, bs, wm))
+        caching = self.config.enable_prefix_caching
+        self.state = [PagedInstance(BlockManager(info.kv_capacity_tokens // bs, bs, wm, caching))
                       for info in self.instances]
+        self.prefix = PrefixCaching(bs) if caching else None  # prefix KV reuse, when enabled
         self.router = build_router(self.config.router, len(self.instances))
+        c = self.config
+        self.spec = build_speculator(c.num_speculative_tokens, c.acceptance_rate,
+                                     c.acceptance_concentration, self.rng, self.instances)
+        self.decode_width = 1 + c.num_speculative_tokens  # tokens a decode computes per step
 
     # ---- arrivals -----------------------------------------------------------------------
     def never_fits(self, s: PagedInstance, num_tokens: int) -> bool:
@@ -101,15 +125,19 @@ class PagedPolicy(Policy):
         """Whether the head waiting request may get blocks for its known tokens now."""
         if len(s.running) >= self.config.max_num_seqs:
             return False
-        tokens = s.waiting[0].num_tokens
+        r = s.waiting[0]
+        hits = () if self.prefix is None else self.prefix.lookup(s.blocks, r)
         if not s.running:  # an empty instance keeps no watermark
-            return s.blocks.blocks_for(tokens) <= s.blocks.num_free_blocks
-        return s.blocks.can_allocate(tokens)
+            return s.blocks.num_blocks_to_allocate(r.num_tokens, hits) <= s.blocks.num_free_blocks
+        return s.blocks.can_allocate(r.num_tokens, hits)
 
     def admit(self, s: PagedInstance, instance_id: int, now: float) -> Request:
         """Move the head waiting request to the running list with blocks for its tokens."""
         r = s.waiting.popleft()
-        s.blocks.allocate(r.request_id, r.num_tokens)
+        if self.prefix is None:
+            s.blocks.allocate(r.request_id, r.num_tokens)
+        else:  # a cached prefix is shared and counts as computed
+            self.prefix.admit(s.blocks, r)
         r.mark_scheduled(now, instance_id)
         s.running.append(r)
         return r
@@ -147,7 +175,7 @@ class PagedPolicy(Policy):
             i += 1
             if r.num_new_tokens != 1 or not r.num_computed_tokens:
                 continue  # a prefill: its blocks were allocated on admission
-            if not self.grow(s, r, 1, now):
+            if not self.grow(s, r, self.decode_width, now):
                 break  # r preempted itself: it was the last running request
             decodes.append(r)
         return decodes
@@ -178,13 +206,20 @@ class PagedPolicy(Policy):
                   chunks: list[int], num_iterations: int = 1) -> Step:
         """The Step computing `chunks[i]` new tokens of `batch[i]`."""
         s.in_flight = batch
-        return Step(instance_id, tuple([r.request_id for r in batch]), tuple(chunks),
-                    tuple([r.num_computed_tokens for r in batch]),
-                    tuple([c == r.num_new_tokens for r, c in zip(batch, chunks)]),
-                    num_iterations=num_iterations)
+        samples = tuple([c == r.num_new_tokens for r, c in zip(batch, chunks)])
+        k, nv = self.spec.verify_rows(batch) if self.spec is not None else (0, 0)
+        if nv:  # the leading decodes verify k drafted tokens: k + 1 new tokens each
+            chunks = [k + 1] * nv + chunks[nv:]
+        ids = tuple([r.request_id for r in batch])
+        return Step(instance_id, ids, tuple(chunks),
+                    tuple([r.num_computed_tokens for r in batch]), samples,
+                    num_iterations=num_iterations, num_draft_tokens=k, num_verify_seqs=nv,
+                    num_shared_kv_tokens=s.blocks.shared_tokens(ids))
 
     def decode_step(self, s: PagedInstance, instance_id: int, batch: list[Request]) -> Step:
-        """A multi-iteration step of single-token decodes."""
+        """A multi-iteration step of single-token decodes (one verify iteration with a draft)."""
+        if self.spec is not None:
+            return self.make_step(s, instance_id, batch, [1] * len(batch))
         k, s.num_pending_blocks = self.decode_iterations(s, batch)
         return self.make_step(s, instance_id, batch, [1] * len(batch), k)
 
@@ -194,26 +229,32 @@ class PagedPolicy(Policy):
                                f"{step.instance_id}: its block accounting should prevent it")
         s = self.state[step.instance_id]
         batch, s.in_flight = s.in_flight, []
-        m = result.num_iterations
+        m, nv = result.num_iterations, step.num_verify_seqs
+        done = self.spec.apply(s.blocks, batch[:nv], now, self.recorder) if nv else []
         sampling = []
-        for r, n, samples in zip(batch, step.num_new_tokens, step.samples):
+        for r, n, samples in zip(batch[nv:], step.num_new_tokens[nv:], step.samples[nv:]):
             if samples:
                 sampling.append(r)
             else:
                 r.compute(n)
-        done = emit_batch(sampling, now - result.duration_s, result.iteration_ends_s,
-                          self.recorder.gaps) if sampling else []
+        if sampling:
+            done += emit_batch(sampling, now - result.duration_s, result.iteration_ends_s,
+                               self.recorder.gaps)
         if m > 1:
             for r in batch:
                 s.blocks.append(r.request_id, m - 1)
         s.num_pending_blocks = 0
+        if self.prefix is not None:
+            self.prefix.register(s.blocks, batch)
         for r in batch:
-            if not r.is_finished and self.never_fits(s, r.num_tokens):
+            if not r.is_finished and self.never_fits(s, r.num_tokens + self.decode_width - 1):
                 r.fail(now, "outgrew the whole KV cache")
                 done.append(r)
         for r in done:
             s.blocks.free(r.request_id)
             s.running.remove(r)
+            if self.prefix is not None:
+                self.prefix.forget(r)
         return done
 
     def num_reserved_kv_tokens(self, instance_id: int) -> int:

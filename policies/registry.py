@@ -29,6 +29,8 @@ BUILTIN_POLICIES: dict[str, str] = {
     "glp": "policies.magnus.policy",
     "abp": "policies.magnus.policy",
     "magnus": "policies.magnus.policy",
+    "djl": "policies.djl",
+    "lacb": "policies.length_aware.policy",
 }
 
 _REGISTRY: dict[str, type[Policy]] = {}

@@ -42,7 +42,7 @@ class SarathiPolicy(PagedPolicy):
         s = self.state[instance_id]
         decodes = self.grow_decodes(s, now)
         batch, chunks = list(decodes), [1] * len(decodes)
-        budget = self.config.token_budget - len(decodes)
+        budget = self.config.token_budget - len(decodes) * self.decode_width  # k + 1 verifying
         chosen = {r.request_id for r in decodes}
         for r in s.running:  # partially prefilled requests, in admission order
             if budget <= 0:

@@ -1,13 +1,15 @@
 """Fit the simulator's cost models to a profile and save them as a calibration file.
 
     python -m real.calibrate PROFILE.csv [--model M] [--gpu G|measured] --out FILE.json
+    python -m real.calibrate [PROFILE.csv] --scheduling STEPS.parquet [...] --out FILE.json
 
 Writes FILE.json (the profiled deployment, the fitted `CostModelConfig`, fit errors) and
 FILE.learned.joblib (the learned correction model). The simulator loads it by name:
 `cluster.cost_model: {calibration: FILE.json, kind: roofline | learned}`. `--gpu` takes a
 `sim.hardware` GPU for the roofline's peaks, or `measured` (the default on CPU): the peaks
 measured when profiling. fp32 weights (CPU) are modelled as fp16 bytes; the fitted memory
-efficiency absorbs the factor.
+efficiency absorbs the factor. `--scheduling` fits the scheduler's measured host time per step
+(`real/sched_fit.py`) into FILE.json's `scheduling_overhead` section (alone: added to FILE.json).
 """
 
 from __future__ import annotations
@@ -108,17 +110,29 @@ def calibrate_file(profile_path: str | Path, out: str | Path, model: str | None 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m real.calibrate",
                                 description="Fit cost models to a real-engine profile.")
-    p.add_argument("profile", help="PROFILE.csv written by python -m real.profile")
+    p.add_argument("profile", nargs="?", help="PROFILE.csv written by python -m real.profile")
     p.add_argument("--model", default=None, help="model (default: the profile's)")
     p.add_argument("--gpu", default=None, help="a sim.hardware GPU name, or measured")
     p.add_argument("--out", required=True, help="calibration JSON to write")
     p.add_argument("--no-learned", action="store_true", help="fit the roofline only")
+    p.add_argument("--scheduling", nargs="+", metavar="STEPS", help="steps.parquet files of "
+                   "(real) runs: fit the scheduling overhead to their policy_host_s")
     args = p.parse_args(argv)
+    if args.profile is None and not args.scheduling:
+        p.error("a PROFILE.csv, or --scheduling STEPS.parquet, is required")
     try:
-        data = calibrate_file(args.profile, args.out, args.model, args.gpu, not args.no_learned)
+        if args.profile is not None:
+            data = calibrate_file(args.profile, args.out, args.model, args.gpu,
+                                  not args.no_learned)
+        if args.scheduling:
+            from real.sched_fit import add_scheduling
+            print(f"scheduling_overhead: {json.dumps(add_scheduling(args.out, args.scheduling))}")
     except (ConfigError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.profile is None:
+        print(f"-> {args.out}")
+        return 0
     fit = data["fit"]
     print(f"roofline: {json.dumps(data['roofline'])}")
     for kind in ("roofline", "learned"):

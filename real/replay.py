@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
+from policies.prefix_caching import check_prefix_caching_backend
 from sim.engine import Simulation
 from sim.executor import Executor, InstanceInfo, Step, StepResult
 from sim.metrics import instance_frame, request_records, summarize
@@ -84,7 +85,9 @@ def replay(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, An
     recorder = Recorder()
     infos = [InstanceInfo(i, ex.kv_capacity_tokens, getattr(ex, "name", ""))
              for i, ex in enumerate(executors)]
-    policy = KVReleasingPolicy(build_policy(policy_name, policy_params, infos, recorder, seed))
+    inner = build_policy(policy_name, policy_params, infos, recorder, seed)
+    check_prefix_caching_backend(inner.config, "real", "policy_params")
+    policy = KVReleasingPolicy(inner)
     stats = Simulation(requests, policy, executors, recorder, on_done=on_done).run()  # type: ignore
     records = request_records(requests)
     summary = summarize(records, recorder, stats)

@@ -1,15 +1,28 @@
 """A paged KV-cache block manager (vLLM's), shared by simulated policies and the real engine.
 
 KV memory is `num_blocks` blocks of `block_size` tokens. Each request owns a block table: the
-blocks holding its tokens in order. Blocks carry reference counts so a later prefix cache can
-share them. `allocated + free == total` holds after every call.
+blocks holding its tokens in order. Blocks carry reference counts so requests can share them.
+`allocated + free == total` holds after every call.
+
+Prefix caching (`enable_caching=True`, vLLM's automatic prefix caching): a full block can be
+registered under a content key (`cache_full_blocks`; `sim/prefix_keys.py` makes the keys).
+A keyed block whose last reference is freed stays cached: it counts as free but sits in an LRU of
+evictable blocks. Allocation takes never-keyed free blocks first, then evicts the least recently
+freed cached block (dropping its key). A new request's leading keys are looked up
+(`find_cached_prefix`): the longest run of cached blocks is shared (`allocate(..., keys=...)`),
+reference counts go up and the blocks leave the LRU. Requests free their blocks tail first, so a
+prompt's last blocks are evicted before its first ones. Without caching nothing is ever keyed and
+the manager behaves exactly as a plain free list.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, OrderedDict, deque
+from typing import Hashable, Sequence
 
 from sim.errors import ConfigError, check_positive
+
+BlockKey = Hashable  # a block's content key (sim.prefix_keys: (chained hash, end token))
 
 
 class OutOfBlocks(RuntimeError):
@@ -17,7 +30,8 @@ class OutOfBlocks(RuntimeError):
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int = 16, watermark: float = 0.0) -> None:
+    def __init__(self, num_blocks: int, block_size: int = 16, watermark: float = 0.0,
+                 enable_caching: bool = False) -> None:
         check_positive("num_blocks", num_blocks)
         check_positive("block_size", block_size)
         if not 0.0 <= watermark < 1.0:
@@ -25,19 +39,37 @@ class BlockManager:
         self.block_size = block_size  # tokens per block
         self.num_total_blocks = num_blocks  # blocks in the cache
         self.watermark_blocks = int(watermark * num_blocks)  # blocks kept free on admission
-        self._free: deque[int] = deque(range(num_blocks))  # free block ids, lowest first
+        self.enable_caching = enable_caching  # keep freed keyed blocks for reuse
+        self._free: deque[int] = deque(range(num_blocks))  # never-keyed free blocks, lowest first
         self._ref = [0] * num_blocks  # references per block
         self._tables: dict[int, list[int]] = {}  # request id -> block ids
         self._tokens: dict[int, int] = {}  # request id -> tokens its blocks hold
+        # prefix cache (empty unless enable_caching)
+        self._evictable: OrderedDict[int, BlockKey] = OrderedDict()  # free keyed blocks, LRU first
+        self._cached: dict[BlockKey, int] = {}  # content key -> block
+        self._key_of: dict[int, BlockKey] = {}  # block -> content key
+        self._holders: dict[int, set[int]] = {}  # keyed block in use -> request ids holding it
+        self._multi: set[int] = set()  # blocks held by two or more requests
+        self._num_extra_refs = 0  # sum over blocks of (references - 1)
+        self._num_keyed: dict[int, int] = {}  # request id -> leading blocks looked at for keys
+        self.num_queried_blocks = 0  # keys looked up on allocation (blocks)
+        self.num_hit_blocks = 0  # of those, found cached and shared (blocks)
+        self.num_evicted_blocks = 0  # cached blocks whose key was dropped to reuse them
 
     # ---- counters ---------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free)
+        """Blocks no request holds (evictable cached blocks included)."""
+        return len(self._free) + len(self._evictable)
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_total_blocks - len(self._free)
+        return self.num_total_blocks - self.num_free_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks registered under a content key (in use or evictable)."""
+        return len(self._key_of)
 
     @property
     def capacity_tokens(self) -> int:
@@ -56,18 +88,64 @@ class BlockManager:
     def block_table(self, request_id: int) -> list[int]:
         return list(self._tables.get(request_id, ()))
 
-    # ---- allocation -------------------------------------------------------------------
-    def can_allocate(self, num_tokens: int) -> bool:
-        """Whether a new request of `num_tokens` fits, keeping the watermark free."""
-        return self.blocks_for(num_tokens) <= len(self._free) - self.watermark_blocks
+    # ---- prefix cache lookups ---------------------------------------------------------
+    def find_cached_prefix(self, keys: Sequence[BlockKey]) -> list[int]:
+        """The cached blocks of the longest run of leading `keys` that are all cached."""
+        hits: list[int] = []
+        cached = self._cached
+        for key in keys:
+            block = cached.get(key)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
 
-    def allocate(self, request_id: int, num_tokens: int) -> list[int]:
-        """Give a new request blocks for `num_tokens` tokens; returns its block table."""
+    def num_blocks_to_allocate(self, num_tokens: int, hits: Sequence[int] = ()) -> int:
+        """Free blocks a new request of `num_tokens` tokens takes when it shares `hits`
+        (evictable hits leave the free pool too)."""
+        revived = sum(1 for b in hits if self._ref[b] == 0)
+        return self.blocks_for(num_tokens) - len(hits) + revived
+
+    def shared_tokens(self, request_ids: Sequence[int]) -> int:
+        """KV tokens counted more than once when the contexts of `request_ids` are summed:
+        every shared (full) block counts once per extra holder among them."""
+        if not self._multi:
+            return 0
+        if len(request_ids) == len(self._tables):  # every holder: the running total
+            return self._num_extra_refs * self.block_size
+        ids = set(request_ids)
+        extra = sum(max(0, len(self._holders[b] & ids) - 1) for b in self._multi)
+        return extra * self.block_size
+
+    # ---- allocation -------------------------------------------------------------------
+    def can_allocate(self, num_tokens: int, hits: Sequence[int] = ()) -> bool:
+        """Whether a new request of `num_tokens` fits, keeping the watermark free."""
+        return (self.num_blocks_to_allocate(num_tokens, hits)
+                <= self.num_free_blocks - self.watermark_blocks)
+
+    def allocate(self, request_id: int, num_tokens: int,
+                 keys: Sequence[BlockKey] = ()) -> list[int]:
+        """Give a new request blocks for `num_tokens` tokens; returns its block table. With
+        `keys` (its leading full blocks' content keys) cached blocks are shared first."""
         if request_id in self._tables:
             raise ValueError(f"request {request_id} already holds blocks")
-        self._tables[request_id] = []
-        self._tokens[request_id] = 0
-        self.append(request_id, num_tokens)
+        if len(keys) * self.block_size > num_tokens:
+            raise ValueError(f"request {request_id}: {len(keys)} block keys for "
+                             f"{num_tokens} tokens")
+        hits = self.find_cached_prefix(keys) if keys else []
+        need = self.num_blocks_to_allocate(num_tokens, hits)
+        if need > self.num_free_blocks:
+            raise OutOfBlocks(f"request {request_id} needs {need} blocks, "
+                              f"{self.num_free_blocks} free")
+        self.num_queried_blocks += len(keys)
+        self.num_hit_blocks += len(hits)
+        for b in hits:
+            self._share(b, request_id)
+        self._tables[request_id] = hits
+        self._tokens[request_id] = len(hits) * self.block_size
+        if self.enable_caching:
+            self._num_keyed[request_id] = len(hits)
+        self.append(request_id, num_tokens - len(hits) * self.block_size)
         return self.block_table(request_id)
 
     def blocks_to_append(self, request_id: int, num_new_tokens: int) -> int:
@@ -76,15 +154,18 @@ class BlockManager:
         return max(0, self.blocks_for(self._tokens.get(request_id, 0) + num_new_tokens) - have)
 
     def can_append(self, request_id: int, num_new_tokens: int) -> bool:
-        return self.blocks_to_append(request_id, num_new_tokens) <= len(self._free)
+        return self.blocks_to_append(request_id, num_new_tokens) <= self.num_free_blocks
 
     def append(self, request_id: int, num_new_tokens: int) -> list[int]:
         """Grow a request by `num_new_tokens` tokens; returns the blocks newly given to it."""
         need = self.blocks_to_append(request_id, num_new_tokens)
-        if need > len(self._free):
+        if need > self.num_free_blocks:
             raise OutOfBlocks(f"request {request_id} needs {need} blocks, "
-                              f"{len(self._free)} free")
-        new = [self._free.popleft() for _ in range(need)]
+                              f"{self.num_free_blocks} free")
+        if self._evictable and need > len(self._free):
+            new = self._take(need)
+        else:
+            new = [self._free.popleft() for _ in range(need)]
         for b in new:
             self._ref[b] = 1
         self._tables[request_id].extend(new)
@@ -92,21 +173,145 @@ class BlockManager:
         return new
 
     def free(self, request_id: int) -> int:
-        """Release a request's blocks (finished or preempted); returns how many became free."""
+        """Release a request's blocks (finished or preempted), tail first; returns how many
+        became free (cached ones stay cached, evictable)."""
         table = self._tables.pop(request_id, [])
         self._tokens.pop(request_id, None)
+        self._num_keyed.pop(request_id, None)
         freed = 0
+        if not self.enable_caching:
+            for b in reversed(table):
+                self._ref[b] -= 1
+                if self._ref[b] == 0:
+                    self._free.append(b)
+                    freed += 1
+            return freed
+        ref, holders, key_of, lru = self._ref, self._holders, self._key_of, self._evictable
         for b in reversed(table):
-            self._ref[b] -= 1
-            if self._ref[b] == 0:
+            if ref[b] > 1:
+                freed += self._release(b, request_id)
+            elif b in key_of:  # a cached block only this request held: evictable
+                ref[b] = 0
+                del holders[b]
+                lru[b] = key_of[b]
+                freed += 1
+            else:  # never keyed: straight back to the free list
+                ref[b] = 0
                 self._free.append(b)
                 freed += 1
         return freed
 
+    def cache_full_blocks(self, request_id: int, keys: Sequence[BlockKey],
+                          num_computed_tokens: int) -> int:
+        """Register the request's full blocks whose KV is computed (`num_computed_tokens`)
+        under `keys` (its leading full blocks' content keys); returns blocks newly cached.
+        A key already cached elsewhere (computed twice concurrently) leaves the block unkeyed."""
+        if not self.enable_caching or request_id not in self._tables:
+            return 0
+        table = self._tables[request_id]
+        start = self._num_keyed[request_id]
+        end = min(len(keys), num_computed_tokens // self.block_size, len(table))
+        if end <= start:
+            return 0
+        cached, key_of, holders = self._cached, self._key_of, self._holders
+        added = 0
+        for b, key in zip(table[start:end], keys[start:end]):
+            if b in key_of or key in cached:
+                continue
+            cached[key] = b
+            key_of[b] = key
+            holders[b] = {request_id}
+            added += 1
+        self._num_keyed[request_id] = end
+        return added
+
+    # ---- internals --------------------------------------------------------------------
+    def _take(self, n: int) -> list[int]:
+        """`n` free blocks: never-keyed first, then the least recently freed cached blocks."""
+        free, lru, cached, key_of = self._free, self._evictable, self._cached, self._key_of
+        out = [free.popleft() for _ in range(min(n, len(free)))]
+        evict = n - len(out)
+        for _ in range(evict):
+            b, key = lru.popitem(last=False)
+            del cached[key]
+            del key_of[b]
+            out.append(b)
+        self.num_evicted_blocks += evict
+        return out
+
+    def _share(self, b: int, request_id: int) -> None:
+        """`request_id` takes a reference to cached block `b`."""
+        if self._ref[b] == 0:
+            del self._evictable[b]
+            self._holders[b] = {request_id}
+        else:
+            self._holders[b].add(request_id)
+            self._multi.add(b)
+            self._num_extra_refs += 1
+        self._ref[b] += 1
+
+    def _release(self, b: int, request_id: int) -> int:
+        """Drop `request_id`'s reference to block `b`; 1 when the block became free."""
+        self._ref[b] -= 1
+        ref = self._ref[b]
+        if b in self._holders:
+            self._holders[b].discard(request_id)
+            if ref >= 1:
+                self._num_extra_refs -= 1
+                if ref == 1:
+                    self._multi.discard(b)
+        if ref:
+            return 0
+        if b in self._key_of:
+            del self._holders[b]
+            self._evictable[b] = self._key_of[b]  # most recently used end
+        else:
+            self._free.append(b)
+        return 1
+
     def check(self) -> None:
-        """Assert the accounting invariant (for tests): allocated + free == total."""
-        owned = {b for t in self._tables.values() for b in t}
-        assert len(owned) + len(self._free) == self.num_total_blocks, "blocks leaked"
-        assert not owned & set(self._free), "a block is both owned and free"
+        """Assert the accounting and cache invariants (for tests)."""
+        refs = Counter(b for t in self._tables.values() for b in t)
+        free = set(self._free) | set(self._evictable)
+        assert len(refs) + len(free) == self.num_total_blocks, "blocks leaked"
+        assert len(free) == len(self._free) + len(self._evictable), "a block listed free twice"
+        assert not set(refs) & free, "a block is both owned and free"
+        for b in range(self.num_total_blocks):
+            assert self._ref[b] == refs.get(b, 0), f"block {b}: ref count off"
         for rid, table in self._tables.items():
             assert len(table) == self.blocks_for(self._tokens[rid]), f"table of {rid} off"
+            assert len(set(table)) == len(table), f"table of {rid} repeats a block"
+        assert len(self._cached) == len(self._key_of), "a key maps to two blocks"
+        for b, key in self._key_of.items():
+            assert self._cached[key] == b, f"block {b}: key maps elsewhere"
+        assert not set(self._free) & set(self._key_of), "a never-keyed free block has a key"
+        for b, key in self._evictable.items():
+            assert self._key_of.get(b) == key, f"evictable block {b} lost its key"
+        self._check_holders(refs)
+
+    def _check_holders(self, refs: Counter) -> None:
+        held = {b for b in self._key_of if refs.get(b)}
+        assert set(self._holders) == held, "holders tracked for the wrong blocks"
+        for b in held:
+            who = {rid for rid, t in self._tables.items() if b in t}
+            assert self._holders[b] == who, f"block {b}: holders off"
+        assert self._multi == {b for b, n in refs.items() if n > 1}, "shared blocks off"
+        assert not self._multi - set(self._key_of), "an unkeyed block is shared"
+        assert self._num_extra_refs == sum(n - 1 for n in refs.values()), "extra refs off"
+
+    def trim(self, request_id: int, num_tokens: int) -> int:
+        """Drop a request's last `num_tokens` tokens (e.g. rejected speculative slots): blocks
+        left empty lose the request's reference, tail first. Returns how many became free."""
+        held = self._tokens.get(request_id, 0)
+        if request_id not in self._tables or not 0 <= num_tokens <= held:
+            raise ValueError(f"request {request_id} holds {held} tokens, cannot trim "
+                             f"{num_tokens}")
+        table = self._tables[request_id]
+        keep = self.blocks_for(held - num_tokens)
+        freed = 0
+        while len(table) > keep:
+            freed += self._release(table.pop(), request_id)
+        self._tokens[request_id] = held - num_tokens
+        if request_id in self._num_keyed:
+            self._num_keyed[request_id] = min(self._num_keyed[request_id], keep)
+        return freed

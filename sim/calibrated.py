@@ -129,12 +129,13 @@ class CalibratedExecutor:
     def _first_oom_iteration(self, step: Step, num_iterations: int) -> int:
         """1-based iteration whose KV first exceeds the cache, or 0 if none does."""
         kv = np.asarray(step.num_context_tokens, dtype=np.int64) + step.num_new_tokens
-        if self._blocks_after(kv, num_iterations) <= self.num_blocks:
+        cap = self.num_blocks + step.num_shared_kv_tokens // self.block_size  # shared: held once
+        if self._blocks_after(kv, num_iterations) <= cap:
             return 0
         lo, hi = 1, num_iterations  # blocks grow with iterations: find the first over
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._blocks_after(kv, mid) > self.num_blocks:
+            if self._blocks_after(kv, mid) > cap:
                 hi = mid
             else:
                 lo = mid + 1

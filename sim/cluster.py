@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from sim.errors import ConfigError, check_fraction, check_positive
 from sim.heterogeneous import build_heterogeneous, normalize_instances
+from sim.overhead import build_overhead
 
 BACKENDS = ("sim", "real")  # cost model | the real torch engine
 
@@ -32,6 +33,8 @@ class ClusterSpec:
     backend: str = "sim"  # sim: cost model | real: the torch engine (needs torch)
     real: Mapping[str, Any] = field(default_factory=dict)  # real.options.RealOptions fields
     instances: tuple[Mapping[str, Any], ...] = ()  # groups overriding gpu...
+    draft_model: str | None = None  # speculative-decoding draft (name or config path); sim only
+    scheduling_overhead: Mapping[str, Any] = field(default_factory=dict)  # sim.overhead fields
 
     def __post_init__(self) -> None:
         check_positive("cluster.num_instances", self.num_instances)
@@ -42,6 +45,11 @@ class ClusterSpec:
         check_fraction("cluster.gpu_memory_utilization", self.gpu_memory_utilization)
         if self.backend not in BACKENDS:
             raise ConfigError("cluster.backend", self.backend, f"one of {', '.join(BACKENDS)}")
+        if self.draft_model is not None and (self.backend != "sim" or "calibration" in
+                                             self.cost_model):
+            raise ConfigError("cluster.draft_model", self.draft_model, "a draft model runs on "
+                              "the roofline cost model only (backend: sim, no calibration)")
+        build_overhead(self.scheduling_overhead, self.backend)  # validates; None when empty
 
 
 def build_executors(spec: ClusterSpec) -> list:
@@ -58,6 +66,7 @@ def build_executors(spec: ClusterSpec) -> list:
         return build_calibrated_executors(spec.cost_model, spec.num_instances)
     from sim.cost_executor import CostModelExecutor
     from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+    from sim.draft import build_draft
     from sim.hardware import get_gpu
     from sim.models import resolve_model
 
@@ -69,5 +78,6 @@ def build_executors(spec: ClusterSpec) -> list:
                                 tensor_parallel=spec.tensor_parallel,
                                 weight_dtype=spec.weight_dtype, kv_dtype=spec.kv_dtype,
                                 gpu_memory_utilization=spec.gpu_memory_utilization)
-    executor = CostModelExecutor(RooflineCostModel(deployment, cost_config))
+    draft = build_draft(deployment, spec.draft_model, cost_config)  # None without one
+    executor = CostModelExecutor(RooflineCostModel(deployment, cost_config), draft)
     return [executor] * spec.num_instances

@@ -8,6 +8,7 @@ from operator import mul
 import numpy as np
 
 from sim.cost_model import RooflineCostModel
+from sim.draft import DraftModel, shared_kv_capacity
 from sim.executor import InstanceInfo, Step, StepResult, modelled_result
 
 
@@ -16,14 +17,18 @@ class CostModelExecutor:
 
     KV usage is counted in tokens (no block rounding): a step fails with `oom=True` at the first
     iteration after which its batch's KV footprint exceeds `kv_capacity_tokens`; that iteration's
-    time is charged as lost.
+    time is charged as lost. With a `draft` model (speculative decoding, `sim/draft.py`) the
+    capacity shrinks by the draft's weights and KV, and each step first pays the draft's work.
     """
 
-    __slots__ = ("cost_model", "_capacity")
+    __slots__ = ("cost_model", "draft", "_capacity")
 
-    def __init__(self, cost_model: RooflineCostModel) -> None:
+    def __init__(self, cost_model: RooflineCostModel, draft: DraftModel | None = None) -> None:
         self.cost_model = cost_model  # the roofline model of one deployment
-        self._capacity = cost_model.deployment.kv_capacity_tokens  # tokens, whole instance
+        self.draft = draft  # the speculative-decoding draft on the same GPUs, if any
+        target = cost_model.deployment
+        self._capacity = (target.kv_capacity_tokens if draft is None else
+                          shared_kv_capacity(target, draft.cost_model.deployment))  # tokens
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -31,13 +36,19 @@ class CostModelExecutor:
         return self._capacity
 
     @property
+    def has_draft(self) -> bool:
+        """Whether the instance runs a draft model (can execute speculative verify Steps)."""
+        return self.draft is not None
+
+    @property
     def name(self) -> str:
         """Human label, e.g. "llama-2-7b fp16 on A100-80GB x1"."""
-        return self.cost_model.deployment.name
+        name = self.cost_model.deployment.name
+        return name if self.draft is None else f"{name} + draft {self.draft.name}"
 
     def instance_info(self, instance_id: int) -> InstanceInfo:
         """What a policy may know about this instance."""
-        return InstanceInfo(instance_id, self._capacity, self.name)
+        return InstanceInfo(instance_id, self._capacity, self.name, self.has_draft)
 
     def _first_oom_iteration(self, first_kv: int, num_seqs: int, num_iterations: int) -> int:
         """1-based iteration whose KV footprint first exceeds capacity, or 0 if none does."""
@@ -52,10 +63,14 @@ class CostModelExecutor:
         """Model `step`; stop after the first iteration ending at or after `until_s` seconds."""
         n, c = step.num_new_tokens, step.num_context_tokens
         sum_n, sum_c, num_seqs = sum(n), sum(c), len(n)
-        oom_at = self._first_oom_iteration(sum_n + sum_c, num_seqs, step.num_iterations)
+        oom_at = self._first_oom_iteration(sum_n + sum_c - step.num_shared_kv_tokens, num_seqs,
+                                           step.num_iterations)
         iterations = oom_at or step.num_iterations
+        k = step.num_draft_tokens  # a verify row takes logits at all of its k + 1 positions
         times = self.cost_model.iteration_times_from_sums(
             sum_n, sum_c, sum(map(mul, n, c)), sum(map(mul, n, n)), num_seqs,
-            sum(step.samples), iterations)
+            sum(step.samples) + k * step.num_verify_seqs, iterations)
+        if self.draft is not None:
+            times[0] += self.draft.draft_seconds(step)
         ends = times if iterations == 1 else np.cumsum(times)
         return modelled_result(ends, until_s, oom_at)

@@ -5,18 +5,25 @@ duration on the simulated clock, then hands the result back to the policy. A Ste
 interrupted (`stop_on_arrival`) is cut at the first iteration boundary after the next arrival, so
 jumping over runs of decode iterations is exact: the policy sees every arrival at the same
 iteration boundary as it would iterating one step at a time.
+
+With a `SchedulingOverhead` (sim/overhead.py) each iteration also pays modelled scheduler CPU
+time, serialized with the GPU or overlapped with the previous iteration (async); the step is then
+run untruncated and cut on the overhead-adjusted clock, so the jumps stay exact. The policy's own
+host time (next_step + update, `time.perf_counter`) is measured for every step either way.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Callable, Sequence
 
 import simpy
 
 from policies.base import Policy
 from sim.executor import Executor
+from sim.overhead import OverheadClock, SchedulingOverhead
 from sim.recorder import Recorder
 from sim.request import Request
 
@@ -31,7 +38,10 @@ class InstanceStats:
 
     instance_id: int  # index of the instance
     kv_capacity_tokens: int  # tokens
-    busy_s: float = 0.0  # seconds spent in steps (measured on the simulated clock)
+    busy_s: float = 0.0  # wall seconds spent in steps, scheduling gaps included
+    gpu_busy_s: float = 0.0  # seconds the GPU computed (busy_s less exposed scheduling gaps)
+    sched_s: float = 0.0  # modelled scheduler CPU seconds (hidden by async mode or not)
+    policy_host_s: float = 0.0  # measured host seconds in policy.next_step + update
     num_steps: int = 0  # Steps executed
     num_iterations: int = 0  # model iterations executed
     seq_iterations: int = 0  # sum over iterations of the batch size
@@ -68,6 +78,7 @@ class Simulation:
     executors: Sequence[Executor]
     recorder: Recorder
     on_done: Callable[[int], None] | None = None  # called with the number of newly done requests
+    overhead: SchedulingOverhead | None = None  # modelled scheduler CPU time per iteration
     env: simpy.Environment = field(default_factory=simpy.Environment)
 
     def run(self) -> list[InstanceStats]:
@@ -115,29 +126,47 @@ class Simulation:
 
     def _serve(self, instance_id: int, executor: Executor, st: InstanceStats, state: _State):
         env, policy, rec = self.env, self.policy, self.recorder
+        ov = self.overhead
+        clock = None if ov is None or ov.is_zero else OverheadClock(ov)
+        sched = gap = 0.0  # modelled scheduler seconds of a step, and the GPU-idle part
         while True:
+            t0 = perf_counter()
             step = policy.next_step(instance_id, env.now)
+            host = perf_counter() - t0
             if step is None:
+                st.policy_host_s += host
                 if state.arrivals_done and state.num_done >= state.total:
                     return
+                if clock is not None:
+                    clock.idle()
                 yield from self._sleep(instance_id, state)
                 continue
             until = state.next_arrival_s - env.now if step.stop_on_arrival else math.inf
-            result = executor.execute(step, until)
+            if clock is None:
+                result = executor.execute(step, until)
+            else:
+                result, sched, gap = clock.run(executor, step, until)
             start = env.now
             reserved = policy.num_reserved_kv_tokens(instance_id)
             yield env.timeout(result.duration_s)
             m = result.num_iterations
             first, ctx, seqs = step.num_first_tokens, sum(step.num_context_tokens), step.num_seqs
             computed = first + (m - 1) * seqs if m else 0  # tokens over completed iterations
-            kv = ctx + computed if m else 0  # step.kv_tokens_after(m)
-            rec.record_step(instance_id, start, env.now - start, m, seqs, first, ctx, computed,
-                            kv, reserved, result.oom)
-            st.busy_s += env.now - start
+            kv = ctx + computed - step.num_shared_kv_tokens if m else 0  # kv_tokens_after(m)
+            wall = env.now - start
+            st.busy_s += wall
+            st.gpu_busy_s += wall - gap
+            st.sched_s += sched
             st.num_steps += 1
             st.num_iterations += m
             st.seq_iterations += m * step.num_seqs
             st.peak_kv_tokens = max(st.peak_kv_tokens, kv)
             st.peak_reserved_kv_tokens = max(st.peak_reserved_kv_tokens, reserved)
-            state.done(len(policy.update(step, result, env.now)))
+            t0 = perf_counter()
+            done = policy.update(step, result, env.now)
+            host += perf_counter() - t0
+            st.policy_host_s += host
+            rec.record_step(instance_id, start, wall, m, seqs, first, ctx, computed, kv, reserved,
+                            result.oom, sched, gap, host)
+            state.done(len(done))
             state.wake_all()

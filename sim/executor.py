@@ -12,6 +12,11 @@ A Step may span several iterations (`num_iterations`): iteration 1 computes the 
 every later iteration computes exactly one new token per listed request, whose context grows by
 the previous iteration's new tokens. This lets a cost-model backend jump over runs of decode
 iterations in which the batch does not change, and lets a static batch be one Step.
+
+A speculative verify Step (`num_draft_tokens` = k > 0, one iteration): its first
+`num_verify_seqs` rows each compute k + 1 new tokens on the target (the last sampled token and k
+tokens a draft model proposed, in k draft decode iterations that precede the verify in the same
+Step); any further rows are ordinary chunks (see docs/speculative.md).
 """
 
 from __future__ import annotations
@@ -49,6 +54,10 @@ class Step:
     num_iterations: int = 1  # iterations; from the 2nd on each request decodes one token
     stop_on_arrival: bool = True  # may end early at the first iteration boundary after an arrival
     freed_request_ids: tuple[int, ...] = ()  # requests whose KV the backend drops before the step
+    num_draft_tokens: int = 0  # tokens the draft proposes per verifying request (k); 0: none
+    num_verify_seqs: int = 0  # leading rows that verify k drafted tokens (k + 1 new tokens each)
+    num_shared_kv_tokens: int = 0  # context tokens in KV blocks several rows share (prefix
+    # caching): counted in each row's context, held once, so the KV footprint subtracts them
 
     def __post_init__(self) -> None:
         n = len(self.request_ids)
@@ -58,6 +67,20 @@ class Step:
             raise ValueError(f"Step.num_iterations={self.num_iterations}: must be >= 1")
         if self.num_iterations > 1 and not all(self.samples):
             raise ValueError("a multi-iteration Step needs every request to sample in iteration 1")
+        if self.num_draft_tokens or self.num_verify_seqs:
+            self._check_verify()
+
+    def _check_verify(self) -> None:
+        """A verify step: one iteration, k > 0, and k + 1 sampling tokens in each verify row."""
+        k, nv = self.num_draft_tokens, self.num_verify_seqs
+        if k < 1 or not 1 <= nv <= len(self.request_ids):
+            raise ValueError(f"Step.num_draft_tokens={k}, num_verify_seqs={nv}: a verify step "
+                             f"needs both >= 1 and at most one verify row per request")
+        if self.num_iterations != 1:
+            raise ValueError("a speculative verify Step has exactly one iteration")
+        if any(n != k + 1 for n in self.num_new_tokens[:nv]) or not all(self.samples[:nv]):
+            raise ValueError(f"each of the {nv} verify rows computes k + 1 = {k + 1} tokens "
+                             f"and samples")
 
     @property
     def num_seqs(self) -> int:
@@ -76,7 +99,7 @@ class Step:
 
     def kv_tokens_after(self, num_iterations: int) -> int:
         """KV-cache tokens held by the batch after `num_iterations` iterations."""
-        first = sum(self.num_context_tokens) + sum(self.num_new_tokens)
+        first = sum(self.num_context_tokens) + sum(self.num_new_tokens) - self.num_shared_kv_tokens
         return first + (num_iterations - 1) * len(self.request_ids)
 
     def chunks(self) -> Iterator[Chunk]:
@@ -115,6 +138,7 @@ class InstanceInfo:
     instance_id: int  # index of the instance in the cluster
     kv_capacity_tokens: int  # KV-cache capacity in tokens (per instance, all TP shards together)
     name: str = ""  # human label, e.g. "A100-80GB x1 llama-2-7b fp16"
+    has_draft: bool = False  # runs a draft model, so it can execute speculative verify Steps
 
 
 @runtime_checkable

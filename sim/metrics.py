@@ -43,6 +43,10 @@ def request_records(requests: Sequence[Request]) -> pd.DataFrame:
         "max_itl_s": [r.max_itl_s for r in requests],
         "predicted_output_tokens": [r.predicted_output_tokens for r in requests],
         "app": [r.app for r in requests],
+        "num_spec_steps": [r.num_spec_steps for r in requests],
+        "num_draft_tokens": [r.num_draft_tokens for r in requests],
+        "num_accepted_tokens": [r.num_accepted_tokens for r in requests],
+        "num_cached_tokens": [r.num_cached_tokens for r in requests],
     })
     df["e2e_s"] = df["finish_s"] - df["arrival_s"]
     df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
@@ -105,15 +109,45 @@ def summarize(records: pd.DataFrame, recorder: Recorder,
         name = "median" if p == 50 else f"p{p}"
         out[f"{name}_itl_s"] = _weighted_percentile(values, weights, p)
     out.update(_instance_summary(stats, duration))
+    out.update(_speculative_summary(records))
+    out["prefix_hit_rate"] = prefix_hit_rate(records)
     return out
+
+
+def prefix_hit_rate(records: pd.DataFrame) -> float:
+    """Tokens a prefix-cache hit supplied over the tokens admitted requests had to prefill
+    (prompts, plus tokens recomputed after preemptions): cached prompt tokens / prompt tokens
+    when nothing is preempted; 0 without prefix caching."""
+    admitted = records[records["scheduled_s"].notna()]
+    need = int(admitted["prompt_tokens"].sum() + admitted["num_recomputed_tokens"].sum())
+    return int(admitted["num_cached_tokens"].sum()) / need if need else float("nan")
+
+
+def _speculative_summary(records: pd.DataFrame) -> dict[str, float]:
+    """Speculative decoding: verifies (per request), acceptance and tokens per verify."""
+    verifies = int(records["num_spec_steps"].sum())
+    drafted = int(records["num_draft_tokens"].sum())
+    accepted = int(records["num_accepted_tokens"].sum())
+    return {
+        "spec_verify_steps": verifies, "spec_draft_tokens": drafted,
+        "spec_accepted_tokens": accepted,
+        "spec_acceptance_rate": accepted / drafted if drafted else float("nan"),
+        "spec_tokens_per_step": (accepted + verifies) / verifies if verifies else float("nan"),
+    }
 
 
 def _instance_summary(stats: Sequence[InstanceStats], duration: float) -> dict[str, float]:
     busy = [s.busy_s / duration if duration > 0 else 0.0 for s in stats]
+    gpu_busy = [s.gpu_busy_s / duration if duration > 0 else 0.0 for s in stats]
     its = sum(s.num_iterations for s in stats)
+    steps = sum(s.num_steps for s in stats)
     return {
         "num_instances": len(stats),
         "busy_fraction": float(np.mean(busy)) if stats else 0.0,
+        "gpu_busy_frac": float(np.mean(gpu_busy)) if stats else 0.0,
+        "scheduling_s": sum(s.sched_s for s in stats),  # modelled scheduler CPU seconds
+        "scheduling_gap_s": sum(s.busy_s - s.gpu_busy_s for s in stats),  # GPU idle on it
+        "policy_host_s_per_step": sum(s.policy_host_s for s in stats) / steps if steps else 0.0,
         "mean_batch_size": sum(s.seq_iterations for s in stats) / its if its else 0.0,
         "num_iterations": its,
         "peak_kv_fraction": max((s.peak_kv_tokens / s.kv_capacity_tokens for s in stats),
@@ -130,6 +164,7 @@ def instance_frame(stats: Sequence[InstanceStats], duration: float) -> pd.DataFr
         rows.append({
             "instance_id": s.instance_id, "kv_capacity_tokens": s.kv_capacity_tokens,
             "busy_s": s.busy_s, "busy_fraction": s.busy_s / duration if duration > 0 else 0.0,
+            "gpu_busy_s": s.gpu_busy_s, "sched_s": s.sched_s, "policy_host_s": s.policy_host_s,
             "num_steps": s.num_steps, "num_iterations": s.num_iterations,
             "mean_batch_size": s.seq_iterations / s.num_iterations if s.num_iterations else 0.0,
             "peak_kv_tokens": s.peak_kv_tokens,

@@ -101,6 +101,9 @@ _BUILTIN = (
     # Qwen(1)-7B's config.json says intermediate_size=22016: the sum of its two MLP inputs.
     ModelSpec("qwen-7b", 32, 4096, 32, 32, 128, 11008, 151936, max_position_embeddings=8192),
     ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, max_position_embeddings=32768),
+    # small Llama-tokenizer models used as speculative-decoding drafts
+    ModelSpec("llama-68m", 2, 768, 12, 12, 64, 3072, 32000, max_position_embeddings=2048),
+    ModelSpec("tinyllama-1.1b", 22, 2048, 32, 4, 64, 5632, 32000, max_position_embeddings=2048),
 )
 
 MODELS: Mapping[str, ModelSpec] = MappingProxyType({m.name: m for m in _BUILTIN})
@@ -117,6 +120,8 @@ _ALIASES: Mapping[str, str] = MappingProxyType({
     "meta-llama/meta-llama-3-8b-instruct": "llama-3-8b",
     "qwen/qwen-7b": "qwen-7b", "qwen/qwen-7b-chat": "qwen-7b",
     "mistralai/mistral-7b-v0.1": "mistral-7b", "mistralai/mistral-7b-instruct-v0.2": "mistral-7b",
+    "jackfram/llama-68m": "llama-68m",
+    "tinyllama/tinyllama-1.1b-chat-v1.0": "tinyllama-1.1b", "tinyllama-1.1b-chat": "tinyllama-1.1b",
 })
 
 

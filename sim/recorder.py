@@ -14,7 +14,10 @@ import pandas as pd
 
 STEP_COLUMNS = ("instance_id", "start_s", "duration_s", "num_iterations", "num_seqs",
                 "num_new_tokens", "num_context_tokens", "num_computed_tokens", "kv_tokens",
-                "reserved_kv_tokens", "oom")
+                "reserved_kv_tokens", "oom", "sched_s", "sched_gap_s", "policy_host_s")
+# sched_s: modelled scheduler CPU seconds of the step's iterations (sim.overhead); sched_gap_s:
+# the part of it the GPU sat idle; policy_host_s: measured host seconds of the policy's
+# next_step + update for the step (time.perf_counter; not deterministic)
 
 
 class GapLog:
@@ -58,10 +61,12 @@ class Recorder:
     def record_step(self, instance_id: int, start_s: float, duration_s: float,
                     num_iterations: int, num_seqs: int, num_new_tokens: int,
                     num_context_tokens: int, num_computed_tokens: int, kv_tokens: int,
-                    reserved_kv_tokens: int, oom: bool) -> None:
+                    reserved_kv_tokens: int, oom: bool, sched_s: float = 0.0,
+                    sched_gap_s: float = 0.0, policy_host_s: float = 0.0) -> None:
         """Append one step's row (see STEP_COLUMNS)."""
         row = (instance_id, start_s, duration_s, num_iterations, num_seqs, num_new_tokens,
-               num_context_tokens, num_computed_tokens, kv_tokens, reserved_kv_tokens, oom)
+               num_context_tokens, num_computed_tokens, kv_tokens, reserved_kv_tokens, oom,
+               sched_s, sched_gap_s, policy_host_s)
         for column, value in zip(STEP_COLUMNS, row):
             self.steps[column].append(value)
         if oom:

@@ -45,6 +45,7 @@ class Request:
     app: str | None = None  # application / task name
     session_id: str | None = None  # conversation id for multi-turn workloads
     block_ids: tuple[int, ...] | None = None  # prompt block hashes (prefix sharing)
+    block_tokens: int | None = None  # tokens each block id covers (sim/prefix_keys.py)
     # scheduler counters
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0  # tokens whose KV exists (real tokens, padding excluded)
@@ -53,6 +54,7 @@ class Request:
     num_preemptions: int = 0  # times its KV was dropped
     num_recomputed_tokens: int = 0  # tokens computed again after preemptions
     num_padding_tokens: int = 0  # padding / wasted-slot tokens computed on its behalf
+    num_cached_tokens: int = 0  # tokens whose KV a prefix-cache hit supplied (every admission)
     predicted_output_tokens: float = NAN  # a length predictor's estimate, when a policy uses one
     # timestamps, seconds since trace start
     scheduled_s: float = NAN  # first time it was part of a step
@@ -60,6 +62,10 @@ class Request:
     last_token_s: float = NAN  # latest output token
     finish_s: float = NAN  # last output token (or rejection / failure time)
     max_itl_s: float = 0.0  # largest gap between two of its output tokens
+    # speculative decoding (policies/speculative.py)
+    num_spec_steps: int = 0  # verify steps it took part in
+    num_draft_tokens: int = 0  # tokens a draft model proposed for it
+    num_accepted_tokens: int = 0  # proposed tokens the target accepted
     extra: dict[str, object] = field(default_factory=dict)  # policy-specific annotations
 
     def __post_init__(self) -> None:
@@ -197,6 +203,40 @@ def emit_batch(requests: list[Request], start_s: float, ends_s: np.ndarray,
     return finished
 
 
+def emit_together(requests: list[Request], counts: list[int], time_s: float,
+                  gaps: GapRecorder) -> list[Request]:
+    """Each `requests[i]` caught up with its known tokens and sampled `counts[i]` tokens at once
+    at `time_s` (a speculative verify: accepted drafts plus one). Its first new token records
+    the gap since its previous token; the other `counts[i] - 1` record gaps of 0, so a request's
+    gaps still sum to last - first token over outputs - 1 (mean ITL = TPOT). Returns the
+    requests that finished."""
+    finished: list[Request] = []
+    first_gaps: list[float] = []
+    for r, n in zip(requests, counts):
+        if not 1 <= n <= r.num_remaining_output_tokens:
+            raise RuntimeError(f"request {r.request_id}: {n} tokens emitted, "
+                               f"{r.num_remaining_output_tokens} remain")
+        if r.num_output_tokens == 0:
+            r.first_token_s = time_s
+        else:
+            gap = time_s - r.last_token_s
+            first_gaps.append(gap)
+            r.max_itl_s = max(r.max_itl_s, gap)
+        r.num_computed_tokens = r.num_tokens + n - 1
+        r.num_output_tokens += n
+        r.last_token_s = time_s
+        if r.num_output_tokens == r.target_output_tokens:
+            r.status = RequestStatus.FINISHED
+            r.finish_s = time_s
+            finished.append(r)
+    if first_gaps:
+        gaps.add(np.array(first_gaps), 1)
+    zeros = sum(counts) - len(counts)
+    if zeros:
+        gaps.add(np.zeros(1), zeros)
+    return finished
+
+
 def requests_from_trace(trace: "pd.DataFrame") -> list[Request]:
     """Requests for every row of a trace DataFrame (schema of `traces.schema`); ids = row order."""
     cols = trace.columns
@@ -207,6 +247,7 @@ def requests_from_trace(trace: "pd.DataFrame") -> list[Request]:
     app = trace["app"].tolist() if "app" in cols else None
     session = trace["session_id"].tolist() if "session_id" in cols else None
     blocks = trace["block_ids"].tolist() if "block_ids" in cols else None
+    granule = trace["block_tokens"].tolist() if "block_tokens" in cols else None
     out = []
     for i in range(len(trace)):
         out.append(Request(
@@ -215,5 +256,11 @@ def requests_from_trace(trace: "pd.DataFrame") -> list[Request]:
             app=None if app is None else app[i],
             session_id=None if session is None else (None if session[i] is None
                                                      else str(session[i])),
-            block_ids=None if blocks is None else tuple(int(b) for b in blocks[i])))
+            block_ids=None if blocks is None else tuple(int(b) for b in blocks[i]),
+            block_tokens=None if granule is None else _optional_int(granule[i])))
     return out
+
+
+def _optional_int(value: object) -> int | None:
+    """An int, or None for a missing cell (None / NaN)."""
+    return None if value is None or value != value else int(value)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ import pandas as pd
 from sim.engine import InstanceStats, Simulation
 from sim.executor import Executor, InstanceInfo
 from sim.metrics import instance_frame, request_records, summarize
+from sim.overhead import SchedulingOverhead
 from sim.recorder import Recorder
 from sim.request import requests_from_trace
 
@@ -27,17 +28,19 @@ class RunResult:
 
 def simulate(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, Any] | None,
              executors: Sequence[Executor], *, seed: int = 0,
-             on_done: Callable[[int], None] | None = None) -> RunResult:
-    """Replay `trace` through policy `policy_name` on one executor per instance."""
+             on_done: Callable[[int], None] | None = None,
+             overhead: SchedulingOverhead | None = None) -> RunResult:
+    """Replay `trace` through policy `policy_name` on one executor per instance, with the
+    scheduler CPU time `overhead` models (sim.overhead) before each iteration, if given."""
     from policies.registry import build_policy
 
     requests = requests_from_trace(trace)
     recorder = Recorder()
-    infos = [InstanceInfo(i, ex.kv_capacity_tokens, getattr(ex, "name", ""))
-             for i, ex in enumerate(executors)]
+    infos = [InstanceInfo(i, ex.kv_capacity_tokens, getattr(ex, "name", ""),
+                          getattr(ex, "has_draft", False)) for i, ex in enumerate(executors)]
     policy = build_policy(policy_name, policy_params, infos, recorder, seed)
     stats: list[InstanceStats] = Simulation(requests, policy, executors, recorder,
-                                            on_done=on_done).run()
+                                            on_done=on_done, overhead=overhead).run()
     records = request_records(requests)
     summary = summarize(records, recorder, stats)
     return RunResult(records, recorder.steps_frame(),

@@ -20,6 +20,11 @@ class LinearExecutor:
     per_token_s: float = 1e-4  # seconds per computed token
     per_ctx_s: float = 0.0  # seconds per context token read
     name: str = "linear"
+    draft_s: float | None = None  # seconds per draft iteration (speculation); None: no draft
+
+    @property
+    def has_draft(self) -> bool:
+        return self.draft_s is not None
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -34,7 +39,9 @@ class LinearExecutor:
         ctx[0] = first_ctx
         if n > 1:
             ctx[1:] = first_ctx + step.num_first_tokens + b * np.arange(n - 1)
-        return self.base_s + self.per_token_s * tokens + self.per_ctx_s * ctx
+        times = self.base_s + self.per_token_s * tokens + self.per_ctx_s * ctx
+        times[0] += (self.draft_s or 0.0) * step.num_draft_tokens  # k draft iterations first
+        return times
 
     def execute(self, step: Step, until_s: float = math.inf) -> StepResult:
         times = self.iteration_times(step)
@@ -54,8 +61,31 @@ def make_trace(rows: list[tuple[float, int, int]]) -> pd.DataFrame:
 
 
 def random_trace(rng: np.random.Generator, n: int, rate: float = 5.0,
-                 max_prompt: int = 200, max_output: int = 50) -> pd.DataFrame:
-    """A small random trace for property tests."""
+                 max_prompt: int = 200, max_output: int = 50,
+                 block_tokens: int | None = None) -> pd.DataFrame:
+    """A small random trace for property tests; with `block_tokens`, with block ids too."""
     arrivals = np.cumsum(rng.exponential(1 / rate, n))
-    return make_trace([(float(a), int(p), int(o)) for a, p, o in zip(
+    df = make_trace([(float(a), int(p), int(o)) for a, p, o in zip(
         arrivals, rng.integers(1, max_prompt + 1, n), rng.integers(1, max_output + 1, n))])
+    return df if block_tokens is None else with_block_ids(df, block_tokens)
+
+
+def stream_block_ids(family: int, num_tokens: int, block_tokens: int) -> tuple[int, ...]:
+    """Content ids of the first `num_tokens` tokens of a shared token stream `family`: granule j
+    of family f has id f * 10**6 + j, so rows of one family share prefixes. Family 3 differs from
+    family 0 only in its first granule (same later ids, no common prefix)."""
+    n = -(-num_tokens // block_tokens)
+    ids = [(0 if family == 3 else family) * 10**6 + j for j in range(n)]
+    if family == 3 and ids:
+        ids[0] = 3 * 10**6
+    return tuple(ids)
+
+
+def with_block_ids(df: pd.DataFrame, block_tokens: int = 8) -> pd.DataFrame:
+    """`df` plus `block_ids` covering each row's prompt and output (family = prompt % 4) and
+    `block_tokens`, so prefix caching has shared prefixes to find."""
+    out = df.copy()
+    out["block_ids"] = [stream_block_ids(int(p) % 4, int(p) + int(o), block_tokens)
+                        for p, o in zip(df["prompt_tokens"], df["output_tokens"])]
+    out["block_tokens"] = block_tokens
+    return out

@@ -8,15 +8,15 @@ from hypothesis import strategies as st
 
 from policies.registry import policy_names
 from sim.simulate import simulate
-from tests.factories import LinearExecutor
+from tests.factories import LinearExecutor, with_block_ids
 
 POLICIES = policy_names()
 
 traces = st.lists(
     st.tuples(st.floats(0, 3, allow_nan=False), st.integers(1, 300), st.integers(1, 60)),
     min_size=1, max_size=25,
-).map(lambda rows: pd.DataFrame(sorted(rows), columns=["arrival_s", "prompt_tokens",
-                                                       "output_tokens"]))
+).map(lambda rows: with_block_ids(pd.DataFrame(sorted(rows), columns=[
+    "arrival_s", "prompt_tokens", "output_tokens"])))  # block ids: prefix caching finds hits
 
 
 # extra parameter sets that stress a policy's limits on small capacities
@@ -24,6 +24,23 @@ VARIANTS: dict[str, list[dict]] = {
     "orca": [{"max_tokens": 64, "max_batch_size": 4}, {"router": "round_robin"}],
     "ccb": [{"router": "least_kv"}],
     "vanilla": [{"batch_size": 3, "on_oom": "split"}],
+    "vllm": [{"enable_prefix_caching": True, "block_size": 4},
+             {"num_speculative_tokens": 3, "acceptance_rate": 0.6},
+             {"num_speculative_tokens": 5, "acceptance_rate": 0.8,
+              "acceptance_concentration": 2.0, "block_size": 4}],
+    "sarathi": [{"enable_prefix_caching": True, "token_budget": 300, "max_num_seqs": 8},
+                {"num_speculative_tokens": 2, "acceptance_rate": 1.0},
+                {"num_speculative_tokens": 4, "acceptance_rate": 0.5,
+                 "acceptance_concentration": 5.0, "token_budget": 300, "max_num_seqs": 8}],
+    "djl": [{"rolling_batch": "trtllm", "max_rolling_batch_size": 4, "max_num_tokens": 64},
+            {"rolling_batch": "scheduler", "max_model_len": 128},
+            {"enable_chunked_prefill": True, "max_rolling_batch_size": 8,
+             "enable_prefix_caching": True}],
+    "lacb": [{"predictor": "oracle", "max_wait_s": 0.5, "max_num_seqs": 4},
+             {"kv_margin": 0.0, "aging_tokens_per_s": 50.0, "max_wait_s": None,
+              "enable_prefix_caching": True},
+             {"predictor": {"kind": "noisy_oracle", "relative_error": 0.9},
+              "kv_margin": 3.0, "max_num_batched_tokens": 300, "prompt_weight": 0.0}],
 }
 
 
@@ -42,7 +59,8 @@ def check_invariants(trace: pd.DataFrame, policy: str, executors: list,
     failed_or_oom = (rec["status"] == "failed").any() or steps["oom"].any()
     if not failed_or_oom:
         useful = int((done["prompt_tokens"] + done["output_tokens"] - 1).sum())
-        extra = int(rec["num_padding_tokens"].sum() + rec["num_recomputed_tokens"].sum())
+        extra = int(rec["num_padding_tokens"].sum() + rec["num_recomputed_tokens"].sum()
+                    - rec["num_cached_tokens"].sum())  # prefix-cache hits are not computed
         assert int(steps["num_computed_tokens"].sum()) == useful + extra
     # KV use and reservation never above capacity
     cap = steps["instance_id"].map(caps)
@@ -66,7 +84,7 @@ def check_invariants(trace: pd.DataFrame, policy: str, executors: list,
 @given(trace=traces, capacity=st.integers(200, 3000), instances=st.integers(1, 3),
        variant=st.integers(0, 3))
 def test_invariants_hold_for_every_policy(policy, trace, capacity, instances, variant):
-    ex = LinearExecutor(capacity=capacity, per_ctx_s=1e-6)
+    ex = LinearExecutor(capacity=capacity, per_ctx_s=1e-6, draft_s=1e-3)  # draft: speculation
     params = ([{}] + VARIANTS.get(policy, []))[variant % (1 + len(VARIANTS.get(policy, [])))]
     check_invariants(trace, policy, [ex] * instances, params)
 

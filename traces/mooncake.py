@@ -46,5 +46,6 @@ def load_mooncake(path: str | Path, *, limit: int | None = None) -> pd.DataFrame
                                          field="output_length", lines=lines),
         "block_ids": to_block_ids(raw["hash_ids"], source=source, field="hash_ids",
                                   lines=lines),
+        "block_tokens": np.full(len(lines), MOONCAKE_BLOCK_TOKENS, dtype=np.int64),
     })
     return require_rows(validate_trace(df, source, lines=np.asarray(lines)), source)

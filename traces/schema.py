@@ -5,8 +5,10 @@ Required columns:
   times so the first arrival is 0; a frame built by hand may start later.
 - `prompt_tokens` (int64 >= 1), `output_tokens` (int64 >= 1).
 
-Optional columns: `text`, `app`, `session_id` (str, None when missing) and `block_ids` (tuple of
-ints: the prompt's block hashes, equal ids = shared prefix block). Any other column is kept as is.
+Optional columns: `text`, `app`, `session_id` (str, None when missing), `block_ids` (tuple of
+ints: the prompt's block hashes, equal ids = shared prefix block) and `block_tokens` (int64 >= 1:
+tokens each block id covers, e.g. 512 for Mooncake; prefix caching needs it, see
+`sim/prefix_keys.py`). Any other column is kept as is.
 
 Unsorted arrivals are not an error: `validate_trace` sorts rows stably by `arrival_s` (ties keep
 their file order) and emits an `UnsortedTraceWarning` saying how many rows moved. Real traces are
@@ -28,6 +30,7 @@ from traces.columns import Lines, to_block_ids, to_seconds, to_strings, to_token
 REQUIRED_COLUMNS: tuple[str, ...] = ("arrival_s", "prompt_tokens", "output_tokens")
 STRING_COLUMNS: tuple[str, ...] = ("text", "app", "session_id")
 BLOCK_COLUMN = "block_ids"
+BLOCK_TOKENS_COLUMN = "block_tokens"
 
 
 class UnsortedTraceWarning(UserWarning):
@@ -62,6 +65,8 @@ def validate_trace(df: pd.DataFrame, source: str, *, lines: Lines = None) -> pd.
             cols[name] = to_strings(out[name])
         elif name == BLOCK_COLUMN:
             cols[name] = to_block_ids(out[name], source=source, field=name, lines=lines)
+        elif name == BLOCK_TOKENS_COLUMN:
+            cols[name] = to_token_counts(out[name], source=source, field=name, lines=lines)
         else:
             cols[name] = out[name].copy()
     clean = pd.DataFrame(cols, index=pd.RangeIndex(len(out)))

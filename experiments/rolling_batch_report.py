@@ -1,0 +1,110 @@
+"""Figure and table of the DJL rolling-batch sweep (`experiments/configs/rolling_batch.yaml`,
+docs/rolling_batch.md).
+
+    python -m experiments.rolling_batch_report [RESULTS_DIR] [--figures DIR] [--rates 2,4,5,6]
+
+Labels name the option varied: `B<n>` = max_rolling_batch_size n, `P<n>` =
+max_rolling_batch_prefill_tokens n (B256 is also P4096, vLLM's default with max_model_len 4096).
+Draws throughput, mean / p99 latency and mean TTFT against each option, one line per rate
+(FIGURES/rolling_batch.png), and prints and writes RESULTS_DIR/rolling_batch_table.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from experiments.plot import load_summary  # noqa: E402
+
+METRICS: tuple[tuple[str, str], ...] = (
+    ("request_throughput", "request throughput (req/s)"),
+    ("mean_e2e_s", "mean E2E latency (s)"),
+    ("p99_e2e_s", "p99 E2E latency (s)"),
+    ("mean_ttft_s", "mean TTFT (s)"),
+)
+DEFAULT_PREFILL = 4096  # tokens: vLLM's max(max_model_len=4096, 2048), what B* entries use
+DEFAULT_BATCH = 256  # LMI's default max_rolling_batch_size for vllm
+
+
+def option_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Seed means with `batch` and `prefill` columns parsed from the labels (others dropped)."""
+    mean = df.groupby(["label", "rate"], sort=False).mean(numeric_only=True).reset_index()
+    parsed = mean["label"].str.extract(r"^([BP])(\d+)$")
+    mean = mean[parsed[0].notna()].copy()
+    value = parsed.loc[mean.index, 1].astype(int)
+    is_batch = parsed.loc[mean.index, 0] == "B"
+    mean["batch"] = value.where(is_batch, DEFAULT_BATCH)
+    mean["prefill"] = value.where(~is_batch, DEFAULT_PREFILL)
+    return mean
+
+
+def plot(rows: pd.DataFrame, rates: Sequence[float]) -> plt.Figure:
+    """Row 1: metrics against the rolling batch size; row 2: against the prefill tokens."""
+    fig, axes = plt.subplots(2, len(METRICS), figsize=(4.0 * len(METRICS), 6.4))
+    sweeps = (("batch", rows["prefill"] == DEFAULT_PREFILL, "max_rolling_batch_size"),
+              ("prefill", rows["batch"] == DEFAULT_BATCH, "max_rolling_batch_prefill_tokens"))
+    for row_axes, (col, keep, xlabel) in zip(axes, sweeps):
+        part = rows[keep]
+        for ax, (metric, ylabel) in zip(row_axes, METRICS):
+            for rate in rates:
+                pts = part[part["rate"] == rate].sort_values(col)
+                ax.plot(pts[col], pts[metric], marker="o", ms=3, label=f"{rate:g} req/s")
+            ax.set_xscale("log", base=2)
+            if metric != "request_throughput":
+                ax.set_yscale("log")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("DJL rolling batch (vllm), Azure conv trace, Llama-2-7B on one A100-80GB")
+    fig.tight_layout()
+    return fig
+
+
+def table(df: pd.DataFrame, rates: Sequence[float]) -> str:
+    """Markdown: seed means of every label at the chosen rates."""
+    mean = df.groupby(["label", "rate"], sort=False).mean(numeric_only=True).reset_index()
+    mean = mean[mean["rate"].isin(rates)]
+    cols = [m for m, _ in METRICS] + ["mean_batch_size", "num_preemptions"]
+    lines = ["| policy | rate | req/s | mean s | p99 s | TTFT s | batch | preempt |",
+             "|---|---|---|---|---|---|---|---|"]
+    for _, r in mean.iterrows():
+        lines.append(f"| {r['label']} | {r['rate']:g} | " + " | ".join(
+            f"{r[c]:.0f}" if c == "num_preemptions" else f"{r[c]:.2f}" for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.rolling_batch_report")
+    ap.add_argument("results", nargs="?", type=Path, default=Path("results/rolling_batch"))
+    ap.add_argument("--figures", type=Path, default=Path("docs/figures"))
+    ap.add_argument("--rates", default="2,4,5,6", help="rates drawn and tabulated")
+    args = ap.parse_args(argv)
+    try:
+        df = load_summary(args.results)
+        rates = [float(x) for x in args.rates.split(",") if x]
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.figures.mkdir(parents=True, exist_ok=True)
+    fig = plot(option_rows(df), rates)
+    path = args.figures / "rolling_batch.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}", file=sys.stderr)
+    text = table(df, rates)
+    (args.results / "rolling_batch_table.md").write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

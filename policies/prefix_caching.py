@@ -1,0 +1,81 @@
+"""Prefix KV reuse for the paged policies (`enable_prefix_caching`; vLLM's automatic prefix
+caching).
+
+Per request, the content keys of its leading full KV blocks come from the trace's content ids
+(`block_ids` covering `block_tokens` tokens each; `sim/prefix_keys.py`); a request without them
+never hits and never fills the cache. On admission the longest run of cached blocks matching the
+request's keys is shared (`BlockManager.allocate(..., keys=...)`) and their tokens count as
+computed, capped so at least one token is still computed (vLLM recomputes the last prompt token on
+a full hit, to sample from it). The Step still lists them as context: attention over cached KV is
+real work. After every step, blocks that became full and computed are registered under their keys
+(prompt blocks and, when the ids cover them, output blocks), so a finished or preempted request
+leaves its blocks cached (evictable, LRU) for later requests on the same instance.
+"""
+
+from __future__ import annotations
+
+from sim.block_manager import BlockManager
+from sim.errors import ConfigError
+from sim.prefix_keys import BlockKey, block_keys
+from sim.request import Request
+
+
+class PrefixCaching:
+    """The prefix-cache side of a paged policy: keys per request, lookups and registration."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size  # tokens per KV block
+        self._keys: dict[int, list[BlockKey]] = {}  # request id -> its full blocks' keys
+
+    def keys(self, r: Request) -> list[BlockKey]:
+        """The content keys of `r`'s leading full blocks (computed once per request)."""
+        keys = self._keys.get(r.request_id)
+        if keys is None:
+            if r.block_ids is None or r.block_tokens is None:
+                keys = []
+            else:
+                keys = block_keys(r.block_ids, r.block_tokens, self.block_size,
+                                  r.num_prompt_tokens, r.max_tokens)
+            self._keys[r.request_id] = keys
+        return keys
+
+    def lookup_keys(self, r: Request) -> list[BlockKey]:
+        """Keys of the full blocks among `r`'s known tokens (what admission looks up)."""
+        return self.keys(r)[: r.num_tokens // self.block_size]
+
+    def lookup(self, blocks: BlockManager, r: Request) -> list[int]:
+        """The cached blocks `r` would share if admitted now."""
+        return blocks.find_cached_prefix(self.lookup_keys(r))
+
+    def admit(self, blocks: BlockManager, r: Request) -> int:
+        """Give `r` blocks for its known tokens, sharing its cached prefix; its cached tokens
+        count as computed. Returns the cached tokens."""
+        before = blocks.num_hit_blocks
+        blocks.allocate(r.request_id, r.num_tokens, keys=self.lookup_keys(r))
+        hits = blocks.num_hit_blocks - before
+        tokens = min(hits * self.block_size, r.num_tokens - 1)
+        r.num_computed_tokens = tokens
+        r.num_cached_tokens += tokens
+        return tokens
+
+    def register(self, blocks: BlockManager, batch: list[Request]) -> None:
+        """Cache the blocks of `batch` that became full and computed."""
+        for r in batch:
+            keys = self.keys(r)
+            if keys:
+                blocks.cache_full_blocks(r.request_id, keys, r.num_computed_tokens)
+
+    def forget(self, r: Request) -> None:
+        """`r` is finished: drop its keys."""
+        self._keys.pop(r.request_id, None)
+
+
+REAL_BACKEND_WHY = ("the real torch backend keeps its own KV per request (synthetic token ids "
+                    "seeded by request id), so it cannot start a request from another's cached "
+                    "blocks; use backend: sim")
+
+
+def check_prefix_caching_backend(config: object, backend: str, where: str) -> None:
+    """ConfigError when a policy config enables prefix caching on the real backend."""
+    if backend == "real" and getattr(config, "enable_prefix_caching", False):
+        raise ConfigError(f"{where}.enable_prefix_caching", True, REAL_BACKEND_WHY)
