@@ -61,10 +61,6 @@ class PagedConfig(PolicyConfig):
         if not isinstance(self.enable_prefix_caching, bool):
             raise ConfigError("enable_prefix_caching", self.enable_prefix_caching,
                               "must be true or false")
-        if self.enable_prefix_caching and self.num_speculative_tokens:
-            raise ConfigError("enable_prefix_caching", True, "not with num_speculative_tokens > "
-                              "0: a full cache hit admits a request with one token left, which "
-                              "a verify step would take for a decode")
         check_speculative(self.num_speculative_tokens, self.acceptance_rate,
                           self.acceptance_concentration)
 
@@ -203,11 +199,13 @@ class PagedPolicy(Policy):
         return lo + 1, int((-(-np.maximum(lo - slack, 0) // bs)).sum())
 
     def make_step(self, s: PagedInstance, instance_id: int, batch: list[Request],
-                  chunks: list[int], num_iterations: int = 1) -> Step:
-        """The Step computing `chunks[i]` new tokens of `batch[i]`."""
+                  chunks: list[int], num_iterations: int = 1, num_decodes: int = 0) -> Step:
+        """The Step computing `chunks[i]` new tokens of `batch[i]`; its first `num_decodes`
+        rows are decodes (grown by `decode_width` slots), which verify drafts when speculating."""
         s.in_flight = batch
         samples = tuple([c == r.num_new_tokens for r, c in zip(batch, chunks)])
-        k, nv = self.spec.verify_rows(batch) if self.spec is not None else (0, 0)
+        nv = num_decodes if self.spec is not None else 0
+        k = self.spec.k if nv else 0
         if nv:  # the leading decodes verify k drafted tokens: k + 1 new tokens each
             chunks = [k + 1] * nv + chunks[nv:]
         ids = tuple([r.request_id for r in batch])
@@ -219,9 +217,9 @@ class PagedPolicy(Policy):
     def decode_step(self, s: PagedInstance, instance_id: int, batch: list[Request]) -> Step:
         """A multi-iteration step of single-token decodes (one verify iteration with a draft)."""
         if self.spec is not None:
-            return self.make_step(s, instance_id, batch, [1] * len(batch))
+            return self.make_step(s, instance_id, batch, [1] * len(batch), 1, len(batch))
         k, s.num_pending_blocks = self.decode_iterations(s, batch)
-        return self.make_step(s, instance_id, batch, [1] * len(batch), k)
+        return self.make_step(s, instance_id, batch, [1] * len(batch), k, len(batch))
 
     def update(self, step: Step, result: StepResult, now: float) -> list[Request]:
         if result.oom:

@@ -60,4 +60,4 @@ class SarathiPolicy(PagedPolicy):
             return None
         if len(batch) == len(decodes):
             return self.decode_step(s, instance_id, decodes)
-        return self.make_step(s, instance_id, batch, chunks)
+        return self.make_step(s, instance_id, batch, chunks, num_decodes=len(decodes))

@@ -82,16 +82,6 @@ class Speculator:
                 self.rng.beta(self.alpha * c, (1.0 - self.alpha) * c))
         return float(alpha)  # type: ignore[arg-type]
 
-    def verify_rows(self, batch: list[Request]) -> tuple[int, int]:
-        """(k, number of leading decodes of `batch`): the rows a step verifies (policies list
-        their decodes first); (0, 0) when there is none."""
-        nv = 0
-        for r in batch:
-            if r.num_new_tokens != 1 or not r.num_computed_tokens:
-                break
-            nv += 1
-        return (self.k, nv) if nv else (0, 0)
-
     def apply(self, blocks: BlockManager, rows: Sequence[Request], now: float,
               recorder: Recorder) -> list[Request]:
         """Draw each verify row's accepted proposals, emit its tokens at `now`, and trim the

@@ -260,9 +260,15 @@ def test_mooncake_loader_sets_512_token_granules(tmp_path):
     assert r.block_ids == (7, 8) and r.block_tokens == 512
 
 
-def test_prefix_caching_with_speculative_decoding_is_a_config_error():
-    raw = {"workload": {"synthetic": {"num_requests": 5}}, "request_rates": [1],
-           "policies": [{"name": "vllm", "params": {"enable_prefix_caching": True,
-                                                     "num_speculative_tokens": 2}}]}
-    with pytest.raises(ConfigError, match="enable_prefix_caching.*num_speculative_tokens"):
-        experiment_from_dict(raw, "x")
+@pytest.mark.parametrize("policy", ["vllm", "sarathi"])
+def test_prefix_caching_combines_with_speculative_decoding(policy):
+    ex = LinearExecutor(capacity=4000, draft_s=1e-3)
+    df = trace_with_ids([(0.0, 32, 9), (5.0, 32, 9), (5.0, 48, 9)])
+    params = {**CACHING, "num_speculative_tokens": 3, "acceptance_rate": 0.5}
+    res = simulate(df, policy, params, [ex], seed=1)
+    rec = res.records
+    assert (rec["status"] == "finished").all() and (rec["output_tokens"] == 9).all()
+    assert rec["num_cached_tokens"].tolist()[:2] == [0, 31]
+    second = first_step_after(res.steps, 5.0)  # the full hit prefills one token, no verify
+    assert second["num_new_tokens"] < 4 + 48 and second["num_context_tokens"] >= 31
+    assert (rec["num_spec_steps"] > 0).all() and res.summary["spec_verify_steps"] > 0

@@ -27,11 +27,15 @@ VARIANTS: dict[str, list[dict]] = {
     "vllm": [{"enable_prefix_caching": True, "block_size": 4},
              {"num_speculative_tokens": 3, "acceptance_rate": 0.6},
              {"num_speculative_tokens": 5, "acceptance_rate": 0.8,
-              "acceptance_concentration": 2.0, "block_size": 4}],
+              "acceptance_concentration": 2.0, "block_size": 4},
+             {"enable_prefix_caching": True, "num_speculative_tokens": 2, "block_size": 8,
+              "router": "session_affinity"}],
     "sarathi": [{"enable_prefix_caching": True, "token_budget": 300, "max_num_seqs": 8},
                 {"num_speculative_tokens": 2, "acceptance_rate": 1.0},
                 {"num_speculative_tokens": 4, "acceptance_rate": 0.5,
-                 "acceptance_concentration": 5.0, "token_budget": 300, "max_num_seqs": 8}],
+                 "acceptance_concentration": 5.0, "token_budget": 300, "max_num_seqs": 8},
+                {"enable_prefix_caching": True, "num_speculative_tokens": 3,
+                 "token_budget": 300, "router": "least_tokens"}],
     "djl": [{"rolling_batch": "trtllm", "max_rolling_batch_size": 4, "max_num_tokens": 64},
             {"rolling_batch": "scheduler", "max_model_len": 128},
             {"enable_chunked_prefill": True, "max_rolling_batch_size": 8,
@@ -82,7 +86,7 @@ def check_invariants(trace: pd.DataFrame, policy: str, executors: list,
 @pytest.mark.parametrize("policy", POLICIES)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trace=traces, capacity=st.integers(200, 3000), instances=st.integers(1, 3),
-       variant=st.integers(0, 3))
+       variant=st.integers(0, 4))
 def test_invariants_hold_for_every_policy(policy, trace, capacity, instances, variant):
     ex = LinearExecutor(capacity=capacity, per_ctx_s=1e-6, draft_s=1e-3)  # draft: speculation
     params = ([{}] + VARIANTS.get(policy, []))[variant % (1 + len(VARIANTS.get(policy, [])))]
