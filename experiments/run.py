@@ -23,7 +23,8 @@ from typing import Any, Sequence
 import yaml
 from tqdm import tqdm
 
-from experiments.config import ExperimentConfig, experiment_from_dict, rebase
+from experiments.config import ExperimentConfig, experiment_from_dict
+from experiments.config_checks import rebase
 from experiments.report import catalogue, format_table, run_line, write_json, write_summaries
 from experiments.sweep import (check_jobs, expand, finished_row, iter_outputs, persist,
                                preload, record_failures)

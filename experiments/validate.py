@@ -33,7 +33,8 @@ from typing import Any, Sequence
 import pandas as pd
 import yaml
 
-from experiments.config import ExperimentConfig, PolicyEntry, experiment_from_dict, mapping
+from experiments.config import ExperimentConfig, PolicyEntry, experiment_from_dict
+from experiments.config_checks import mapping
 from experiments.report import write_json, write_run
 from experiments.run import apply_overrides
 from experiments.workload import build_workload, load_base_trace

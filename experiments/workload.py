@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.config import ExperimentConfig, TraceWorkload, sessions_at_rate
+from experiments.config import ExperimentConfig
+from experiments.workload_config import TraceWorkload, sessions_at_rate
 from sim.errors import TraceError
 from traces.registry import load_trace, shared_trace_path
 from traces.sessions import session_trace
