@@ -10,7 +10,7 @@ import pytest
 
 from policies.length_aware.admission import (Ordering, admission_order, outstanding_blocks,
                                              planned_tokens, priority_key, reservation_tokens)
-from policies.length_aware.lengths import LearningSettings, LengthService
+from policies.magnus.length_service import LearningSettings, LengthService
 from policies.magnus.config import PredictorConfig
 from sim.block_manager import BlockManager
 from sim.errors import ConfigError

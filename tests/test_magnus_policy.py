@@ -108,14 +108,14 @@ def test_only_badly_predicted_requests_and_batches_are_learned_from():
     assert step.request_ids == (0, 1)  # one batch
     finished = run_to_end(p, step, 0.0)  # 100 iterations of 0.01 s = 1 s
     assert {r.request_id for r in finished} == {0, 1}
-    assert [(q.input_tokens, n) for q, n in p.length_learner.samples] == [(50, 100)]
+    assert [(q.input_tokens, n) for q, n in p.lengths.learner.samples] == [(50, 100)]
     # estimated (50 + 1) x 1.0 s = 51 s for a 1 s batch: a large error
     assert list(p.time_learner.samples) == [BatchSample(2, 50, 50, 1.0)]
-    cold = p.predictor
+    cold = p.lengths.predictor
     assert p.next_step(0, 185.0) is None  # retrained at 185 s, effective at 195 s
-    assert p.predictor is cold and p.predictor.model is None
+    assert p.lengths.predictor is cold and p.lengths.predictor.model is None
     p.next_step(0, 195.0)
-    assert p.predictor is not cold and p.predictor.model is not None
+    assert p.lengths.predictor is not cold and p.lengths.predictor.model is not None
     kinds = [e[1] for e in p.recorder.events]
     assert "retrain_predictor" in kinds and "swap_predictor" in kinds
 

@@ -15,13 +15,8 @@ from typing import Any, Mapping
 
 from sim.errors import ConfigError, check_fraction, check_positive
 
-from policies.magnus.config import PredictorConfig
+from policies.magnus.config import PredictorConfig, check_optional_seconds
 from policies.vllm import VllmConfig
-
-
-def _check_optional_seconds(name: str, value: float | None) -> None:
-    if value is not None and not (0 < value < math.inf):
-        raise ConfigError(name, value, "must be a number > 0 (seconds) or null (never)")
 
 
 @dataclass(frozen=True)
@@ -45,8 +40,8 @@ class LacbConfig(VllmConfig):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise ConfigError(name, value, "must be a finite number >= 0")
-        _check_optional_seconds("max_wait_s", self.max_wait_s)
-        _check_optional_seconds("predictor_retrain_period_s", self.predictor_retrain_period_s)
+        check_optional_seconds("max_wait_s", self.max_wait_s)
+        check_optional_seconds("predictor_retrain_period_s", self.predictor_retrain_period_s)
         check_positive("predictor_error_tokens", self.predictor_error_tokens, allow_zero=True)
         check_fraction("predictor_error_fraction", self.predictor_error_fraction)
         check_positive("retrain_delay_s", self.retrain_delay_s, allow_zero=True)

@@ -27,7 +27,7 @@ from sim.request import Request
 from policies.length_aware.admission import (Ordering, admission_order, outstanding_blocks,
                                              reservation_tokens)
 from policies.length_aware.config import LacbConfig
-from policies.length_aware.lengths import LearningSettings, LengthService
+from policies.magnus.length_service import LearningSettings, LengthService
 from policies.magnus.embedding import Embedder
 from policies.paged import PagedInstance
 from policies.registry import register_policy

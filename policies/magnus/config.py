@@ -68,7 +68,8 @@ class PredictorConfig:
         return cls(**dict(value))
 
 
-def _optional_period(name: str, value: float | None) -> None:
+def check_optional_seconds(name: str, value: float | None) -> None:
+    """ConfigError unless `value` is None (never) or a finite number of seconds > 0."""
     if value is not None and not (0 < value < math.inf):
         raise ConfigError(name, value, "must be a number > 0 (seconds) or null (never)")
 
@@ -107,8 +108,8 @@ class MagnusConfig(PolicyConfig):
             raise ConfigError("scheduler", self.scheduler, f"must be one of {SCHEDULERS}")
         check_positive("knn_neighbors", self.knn_neighbors)
         check_positive("cold_iteration_s", self.cold_iteration_s)
-        _optional_period("predictor_retrain_period_s", self.predictor_retrain_period_s)
-        _optional_period("estimator_retrain_period_s", self.estimator_retrain_period_s)
+        check_optional_seconds("predictor_retrain_period_s", self.predictor_retrain_period_s)
+        check_optional_seconds("estimator_retrain_period_s", self.estimator_retrain_period_s)
         check_positive("predictor_error_tokens", self.predictor_error_tokens, allow_zero=True)
         check_positive("estimator_error_s", self.estimator_error_s, allow_zero=True)
         check_fraction("predictor_error_fraction", self.predictor_error_fraction)

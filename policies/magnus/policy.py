@@ -29,9 +29,7 @@ from policies.magnus.config import ABPConfig, GLPConfig, MagnusConfig
 from policies.magnus.embedding import Embedder
 from policies.magnus.estimator import BatchSample, BatchTimeEstimator, IterationTimer
 from policies.magnus.learning import ContinuousLearner, is_large_error
-from policies.magnus.length_model import build_length_model
-from policies.magnus.predictor import LengthPredictor
-from policies.magnus.queries import LengthQuery
+from policies.magnus.length_service import LearningSettings, LengthService
 from policies.magnus.scheduler import pick_fcfs, pick_hrrn
 from policies.registry import register_policy
 from policies.static_batch import (finish_static_batch, reset_for_retry, split_batch,
@@ -55,34 +53,24 @@ class MagnusPolicy(Policy):
         super().__init__(config, instances, recorder, rng)
         cfg = self.config
         self.capacity = min(i.kv_capacity_tokens for i in self.instances)  # KV tokens
-        self.length_model = build_length_model(cfg.predictor, rng, embedder)
-        self.predictor: LengthPredictor = self.length_model.predictor
+        learning = LearningSettings(cfg.predictor_retrain_period_s, cfg.predictor_error_tokens,
+                                    cfg.predictor_error_fraction, cfg.retrain_delay_s,
+                                    cfg.max_learning_samples)
+        self.lengths = LengthService(cfg.predictor, learning, rng, recorder, embedder)
         self.batcher = AdaptiveBatcher(max(1, int(cfg.memory_fraction * self.capacity)),
                                        cfg.wma_threshold, cfg.wma_aggregate, cfg.batch_size)
         self.estimator = BatchTimeEstimator(cfg.knn_neighbors)
         self.timer = IterationTimer(cfg.cold_iteration_s)
-        self.length_learner: ContinuousLearner[tuple[LengthQuery, int], LengthPredictor] = \
-            ContinuousLearner("predictor", cfg.predictor_retrain_period_s, cfg.retrain_delay_s,
-                              cfg.max_learning_samples, self._retrain_predictor, recorder)
         self.time_learner: ContinuousLearner[BatchSample, BatchTimeEstimator] = \
             ContinuousLearner("estimator", cfg.estimator_retrain_period_s, cfg.retrain_delay_s,
                               cfg.max_learning_samples, self.estimator.fit, recorder)
-        self.queries: dict[int, LengthQuery] = {}  # request id -> what was predicted from
         self.running: dict[int, _Running] = {}  # instance -> batch in flight
         self.num_batches_done = 0  # batches that completed (the estimator's warm-up counter)
         self.reserved: dict[int, int] = {}  # instance -> KV tokens its batch touches
 
     # ---- learning ---------------------------------------------------------------------
-    def _retrain_predictor(self, samples: list[tuple[LengthQuery, int]]) -> LengthPredictor:
-        queries = self.length_model.base_queries + [q for q, _ in samples]
-        lengths = np.concatenate([self.length_model.base_lengths,
-                                  np.array([n for _, n in samples], dtype=np.float64)])
-        return self.predictor.fit(queries, lengths)
-
     def _poll_learners(self, now: float) -> None:
-        predictor = self.length_learner.poll(now)
-        if predictor is not None:
-            self.predictor = predictor
+        self.lengths.poll(now)
         estimator = self.time_learner.poll(now)
         if estimator is not None:
             self.estimator = estimator
@@ -97,11 +85,7 @@ class MagnusPolicy(Policy):
                 cfg.estimator_error_fraction):
             self.time_learner.collect(BatchSample(batch.size, batch.max_prompt,
                                                   batch.max_predicted, result.duration_s))
-        for r in finished:
-            query = self.queries.pop(r.request_id)
-            if is_large_error(r.predicted_output_tokens, r.target_output_tokens,
-                              cfg.predictor_error_tokens, cfg.predictor_error_fraction):
-                self.length_learner.collect((query, r.target_output_tokens))
+        self.lengths.observe(finished)
 
     # ---- the policy interface ---------------------------------------------------------
     def add_request(self, request: Request, now: float) -> bool:
@@ -110,10 +94,7 @@ class MagnusPolicy(Policy):
             request.reject(now, f"prompt of {request.num_prompt_tokens} tokens does not fit "
                                 f"the KV capacity {self.capacity}")
             return False
-        query = self.length_model.catalog.query(request)
-        predicted = max(1, int(round(float(self.predictor.predict([query])[0]))))
-        request.predicted_output_tokens = predicted
-        self.queries[request.request_id] = query
+        predicted = self.lengths.predict(request)
         self.batcher.insert(request, request.num_prompt_tokens, predicted)
         return True
 
@@ -162,7 +143,7 @@ class MagnusPolicy(Policy):
         request = batch.requests[0]
         request.num_padding_tokens += wasted
         request.fail(now, "out of KV memory even alone")
-        self.queries.pop(request.request_id, None)
+        self.lengths.forget(request.request_id)
         return [request]
 
     def num_reserved_kv_tokens(self, instance_id: int) -> int:

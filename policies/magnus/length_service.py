@@ -1,7 +1,7 @@
-"""Generation-length prediction with continuous learning, as the Magnus policy does it.
+"""Generation-length prediction with continuous learning, shared by `magnus` and `lacb`.
 
-The predictor, its training data, the application catalogue and the embedding cache are
-Magnus' (`policies.magnus.length_model`); finished requests whose prediction missed by more
+The predictor, its training data, the application catalogue and the embedding cache come from
+`policies.magnus.length_model`; finished requests whose prediction missed by more
 than both `error_tokens` and `error_fraction` of the truth are collected and the predictor is
 refitted every `retrain_period_s` seconds, taking effect `retrain_delay_s` later
 (`policies.magnus.learning`).
@@ -79,3 +79,7 @@ class LengthService:
             if is_large_error(r.predicted_output_tokens, r.target_output_tokens,
                               s.error_tokens, s.error_fraction):
                 self.learner.collect((query, r.target_output_tokens))
+
+    def forget(self, request_id: int) -> None:
+        """Drop what a request was predicted from (it failed: its length is never observed)."""
+        self.queries.pop(request_id, None)
