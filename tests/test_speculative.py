@@ -247,3 +247,9 @@ def test_report_draws_figures_and_table(tmp_path):
     assert breakeven_alpha(expected_tokens_per_step(0.6, 4), 4) == pytest.approx(0.6, abs=1e-6)
     assert math.isnan(breakeven_alpha(5.0, 4))
     assert main([str(tmp_path / "missing")]) == 2
+
+
+def test_unknown_draft_model_names_the_field():
+    with pytest.raises(ConfigError) as err:
+        build_executors(ClusterSpec(draft_model="nope"))
+    assert err.value.field == "cluster.draft_model" and "nope" in str(err.value)
