@@ -25,7 +25,8 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from experiments.config import ExperimentConfig, PolicyEntry
-from experiments.report import write_json
+from experiments.outdir import ResultsWriteError, prepare_out_dir
+from experiments.report import write_csv, write_json
 from experiments.workload import build_workload, load_base_trace
 from sim.cluster import build_executors
 from sim.errors import ConfigError, TraceError, check_positive
@@ -33,7 +34,7 @@ from sim.overhead import overhead_kwargs
 from sim.simulate import simulate
 from sim.slo import SLO, slo_summary, slo_violations
 
-PROBE_KEYS = ("completed", "rejected", "failed", "request_throughput", "p90_ttft_s",
+PROBE_KEYS = ("completed", "rejected", "failed", "num_length_capped", "request_throughput", "p90_ttft_s",
               "p99_itl_s", "p99_tpot_s", "p99_e2e_s", "mean_normalized_latency_s",
               "goodput", "slo_attainment")  # summary metrics kept for every probe
 
@@ -103,9 +104,11 @@ def probe_runs(cfg: ExperimentConfig, entry: PolicyEntry, slo: SLO, base: pd.Dat
             if len(trace) == 0:
                 raise TraceError(entry.label, "the workload has no requests")
             res = replay(trace, entry.name, entry.params, build_executors(cluster), seed=seed,
-                         **overhead_kwargs(cluster))
+                         max_model_len=cluster.max_model_len, **overhead_kwargs(cluster))
             summary = {**res.summary, **slo_summary(res.records, res.summary, slo)}
             missed = slo_violations(summary, slo)
+            if summary["failed"]:  # given up mid-run (OOM): never a rate the policy sustains
+                missed.append(f"failed={summary['failed']} requests")
             rows.append({"label": entry.label, "policy": entry.name, "rate": rate,
                          "seed": seed, "meets_slo": not missed, "missed": "; ".join(missed),
                          **{k: summary.get(k, math.nan) for k in PROBE_KEYS}})
@@ -137,15 +140,19 @@ def run_capacity(cfg: ExperimentConfig, out_dir: Path, search: SearchConfig = Se
         entry.resolve(f"policies[{i}]")
         check_cluster(cfg.cluster_for(entry), f"policies[{i}].cluster")
     base = load_base_trace(cfg)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = prepare_out_dir(out_dir)
     results: list[dict[str, Any]] = []
     probes: list[dict[str, Any]] = []
     for entry in cfg.policies:
         start = time.perf_counter()
         found = search_capacity(probe_runs(cfg, entry, slo, base, probes), search)
+        mine = [p for p in probes if p["label"] == entry.label]
         results.append({"label": entry.label, "policy": entry.name,
                         "capacity_rps": found.capacity_rps, "failing_rps": found.failing_rps,
                         "num_probes": len(found.probes), "slo": slo.bounds(),
+                        "max_rejected": max((p["rejected"] for p in mine), default=0),
+                        "max_length_capped": max((p["num_length_capped"] for p in mine),
+                                                 default=0),
                         "wall_s": time.perf_counter() - start})
         write_results(out_dir, results, probes)
         if progress:
@@ -155,17 +162,23 @@ def run_capacity(cfg: ExperimentConfig, out_dir: Path, search: SearchConfig = Se
 
 def write_results(out_dir: Path, results: list[dict[str, Any]],
                   probes: list[dict[str, Any]]) -> None:
-    """OUT/capacity.csv, OUT/capacity.json and OUT/capacity_probes.csv, rewritten whole."""
-    pd.DataFrame([{k: v for k, v in r.items() if k != "slo"} for r in results]).to_csv(
-        out_dir / "capacity.csv", index=False)
+    """OUT/capacity.csv, OUT/capacity.json and OUT/capacity_probes.csv, rewritten whole and
+    atomically (ResultsWriteError naming the file when the OS refuses)."""
+    write_csv(out_dir / "capacity.csv",
+              pd.DataFrame([{k: v for k, v in r.items() if k != "slo"} for r in results]))
     write_json(out_dir / "capacity.json", results)
-    pd.DataFrame(probes).to_csv(out_dir / "capacity_probes.csv", index=False)
+    write_csv(out_dir / "capacity_probes.csv", pd.DataFrame(probes))
 
 
 def result_line(row: dict[str, Any]) -> str:
     upper = "-" if math.isinf(row["failing_rps"]) else f"{row['failing_rps']:.3g}"
-    return (f"{row['label']}: capacity {row['capacity_rps']:.3g} req/s (fails at {upper}; "
+    line = (f"{row['label']}: capacity {row['capacity_rps']:.3g} req/s (fails at {upper}; "
             f"{row['num_probes']} probes, {row['wall_s']:.1f} s wall)")
+    if row.get("max_rejected") or row.get("max_length_capped"):
+        line += (f"; warning: up to {row['max_rejected']} requests rejected and "
+                 f"{row['max_length_capped']} cut per probe (not counted against the SLO; see "
+                 f"capacity_probes.csv)")
+    return line
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -197,6 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, TraceError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ResultsWriteError as exc:
+        print(f"error: {exc} (the policies finished before it are on disk)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted; finished policies are already written", file=sys.stderr)
         return 130

@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from experiments.config_checks import (build, check_keys, check_positive_number, is_int, listed,
                                        mapping, rebase)
+from experiments.report import rate_text
 from experiments.workload_config import (SyntheticWorkload, TraceWorkload, WorkloadConfig,
                                          sessions_at_rate, workload_from_dict)
 from policies.prefix_caching import check_prefix_caching_backend
@@ -30,7 +31,10 @@ __all__ = ["ExperimentConfig", "PolicyEntry", "SyntheticWorkload", "TraceWorkloa
 
 TOP_LEVEL_KEYS = ("name", "workload", "cluster", "policies", "request_rates", "seeds",
                   "max_requests", "duration_s", "slo")
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
+# a plain directory name: not '.', '..' or hidden, no separator, no leading '-'
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+NAME_RULE = ("must be 1-100 letters, digits, '_', '.' or '-', starting with a letter, digit or "
+             "'_' (it names a directory)")
 
 
 # ---- policies and the experiment ----------------------------------------------------------
@@ -71,8 +75,7 @@ class ExperimentConfig:
     slo: SLO | None = None  # latency targets: every run reports goodput; capacity search uses them
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not NAME_PATTERN.match(self.name):
-            raise ConfigError("name", self.name, "must be letters, digits, '_', '.' or '-'")
+        check_name("name", self.name)
         self._check_policies()
         self._check_rates()
         if not self.seeds:
@@ -80,6 +83,7 @@ class ExperimentConfig:
         for i, seed in enumerate(self.seeds):
             if not is_int(seed) or seed < 0:
                 raise ConfigError(f"seeds[{i}]", seed, "must be an int >= 0")
+        check_distinct("seeds", self.seeds, str)
         if self.max_requests is not None:
             check_positive_number("max_requests", self.max_requests, integer=True)
         if self.duration_s is not None:
@@ -93,9 +97,8 @@ class ExperimentConfig:
             config = entry.resolve(f"policies[{i}]")
             cluster = self.cluster_for(entry, f"policies[{i}].cluster")
             check_prefix_caching_backend(config, cluster.backend, f"policies[{i}].params")
-            if not isinstance(entry.label, str) or not NAME_PATTERN.match(entry.label):
-                raise ConfigError(f"policies[{i}].label", entry.label,
-                                  "must be letters, digits, '_', '.' or '-'")
+            check_draft(config, cluster, f"policies[{i}]")
+            check_name(f"policies[{i}].label", entry.label)
             if entry.label in labels:
                 raise ConfigError(f"policies[{i}].label", entry.label,
                                   "duplicate label; give each entry its own label")
@@ -104,6 +107,7 @@ class ExperimentConfig:
     def _check_rates(self) -> None:
         for i, rate in enumerate(self.request_rates):
             check_positive_number(f"request_rates[{i}]", rate)
+        check_distinct("request_rates", self.request_rates, rate_text)
         replay = self.workload.trace is not None and self.workload.trace.retime == "none"
         if replay and self.request_rates:
             raise ConfigError("request_rates", list(self.request_rates),
@@ -128,6 +132,35 @@ class ExperimentConfig:
     def rates(self) -> list[float | None]:
         """The sweep's rates; [None] for a trace replayed as is."""
         return list(self.request_rates) if self.request_rates else [None]
+
+
+def check_name(where: str, name: object) -> None:
+    """ConfigError unless `name` is a plain directory name (not '.', '..', hidden or a path)."""
+    if not isinstance(name, str) or not NAME_PATTERN.match(name) or name.strip(".") == "":
+        raise ConfigError(where, name, NAME_RULE)
+
+
+def check_distinct(where: str, values: Sequence[Any], key: Callable[[Any], str]) -> None:
+    """ConfigError naming both entries of `values` whose `key` (the text a run id shows)
+    is equal: they would make duplicate summary rows sharing one run directory."""
+    first: dict[str, int] = {}
+    for j, value in enumerate(values):
+        i = first.setdefault(key(value), j)
+        if i != j:
+            same = "duplicates" if values[i] == value else f"prints as {key(value)!r} like"
+            raise ConfigError(f"{where}[{j}]", value,
+                              f"{same} {where}[{i}]={values[i]!r}; the two runs would share "
+                              f"one run directory and summary row")
+
+
+def check_draft(config: Any, cluster: ClusterSpec, where: str) -> None:
+    """ConfigError when a policy speculates (num_speculative_tokens > 0) on a cluster with
+    no draft model (every run would fail when its policy is built)."""
+    k = getattr(config, "num_speculative_tokens", 0)
+    if k and cluster.draft_model is None:
+        raise ConfigError(f"{where}.params.num_speculative_tokens", k,
+                          f"speculative decoding needs a draft model: set cluster.draft_model "
+                          f"(or {where}.cluster.draft_model), e.g. llama-68m")
 
 
 # ---- from plain dicts (parsed YAML) -------------------------------------------------------

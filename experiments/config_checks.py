@@ -11,6 +11,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from sim.errors import ConfigError
+from sim.field_types import check_fields
 
 
 # ---- small checks -------------------------------------------------------------------------
@@ -18,10 +19,7 @@ def rebase(prefix: str, err: ConfigError) -> ConfigError:
     """`err` with its field path placed under `prefix` (unchanged if already there)."""
     if err.field == prefix or err.field.startswith((prefix + ".", prefix + "[")):
         return err
-    head = f"{err.field}={err.value!r}: "
-    text = str(err)
-    reason = text[len(head):] if text.startswith(head) else text
-    return ConfigError(f"{prefix}.{err.field}", err.value, reason)
+    return ConfigError(f"{prefix}.{err.field}", err.value, err.reason)
 
 
 def mapping(where: str, value: object) -> dict[str, Any]:
@@ -72,23 +70,10 @@ def listed(where: str, value: object) -> list[Any]:
     return [value]
 
 
-SIMPLE_TYPES = {"int": is_int, "float": is_number, "str": lambda v: isinstance(v, str),
-                "bool": lambda v: isinstance(v, bool)}
-
-
 def check_types(cls: type, where: str, raw: Mapping[str, Any]) -> None:
-    """ConfigError for a value whose type does not match a simple annotation (int, float...)."""
-    for f in dataclasses.fields(cls):
-        if f.name not in raw or not isinstance(f.type, str):
-            continue
-        kinds = [k.strip() for k in f.type.split("|")]
-        value = raw[f.name]
-        if value is None and "None" in kinds:
-            continue
-        checks = [SIMPLE_TYPES[k] for k in kinds if k in SIMPLE_TYPES]
-        if checks and len(checks) == len([k for k in kinds if k != "None"]) and \
-                not any(check(value) for check in checks):
-            raise ConfigError(f"{where}.{f.name}", value, f"must be of type {f.type}")
+    """ConfigError naming `<where>.<field>` and the value for a value of `raw` whose type does
+    not fit the field's annotation (strict: no bool for an int, no 8.0 for an int, no NaN)."""
+    check_fields(cls, where, raw)
 
 
 def build(cls: type, where: str, raw: Mapping[str, Any], inner: str = "") -> Any:
@@ -101,7 +86,7 @@ def build(cls: type, where: str, raw: Mapping[str, Any], inner: str = "") -> Any
     except ConfigError as err:
         if inner and err.field.startswith(inner):
             err = rebase(where, ConfigError(err.field.removeprefix(inner), err.value,
-                                            str(err).partition(": ")[2]))
+                                            err.reason))
         raise rebase(where, err) from None
     except TypeError as exc:  # e.g. comparing a string with a number
         raise ConfigError(where, dict(raw), f"bad value type: {exc}") from None

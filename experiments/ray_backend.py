@@ -2,7 +2,10 @@
 
 `ray.init()` honours RAY_ADDRESS (e.g. `ray://head:10001` or `auto` on a cluster node); without
 it a local Ray instance starts. Workers return results to the driver, which persists them, so the
-cluster needs no shared filesystem. Install with `pip install -e ".[ray]"`.
+cluster needs no shared filesystem; each worker reports a digest of the trace file it read, and
+the driver refuses results read from a different version of it. When the driver stops early
+(Ctrl-C, a write error) the tasks still queued are cancelled.
+Install with `pip install -e ".[ray]"`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ def ray_outputs(cfg: "ExperimentConfig", specs: list["RunSpec"]) -> Iterator["Ru
     task = ray.remote(simulate_run)
     cfg_ref = ray.put(cfg)
     pending = [task.remote(cfg_ref, spec) for spec in specs]
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        for ref in done:
-            yield ray.get(ref)
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                yield ray.get(ref)
+    finally:  # interrupted, or the driver failed to write: stop the runs still queued
+        for ref in pending:
+            ray.cancel(ref, force=True)

@@ -11,7 +11,10 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from experiments.outdir import writing
 from sim.simulate import RunResult
+
+RUN_TABLES = ("records", "steps", "instances", "events")  # RunResult frames -> <name>.parquet
 
 # (column header, summary key, scale, format) of the console table
 TABLE_COLUMNS: tuple[tuple[str, str, float, str], ...] = (
@@ -27,6 +30,7 @@ TABLE_COLUMNS: tuple[tuple[str, str, float, str], ...] = (
     ("done", "completed", 1.0, ".0f"),
     ("rej", "rejected", 1.0, ".0f"),
     ("fail", "failed", 1.0, ".0f"),
+    ("cut", "num_length_capped", 1.0, ".0f"),
     ("OOM", "num_oom_events", 1.0, ".0f"),
     ("busy", "busy_fraction", 1.0, ".2f"),
     ("batch", "mean_batch_size", 1.0, ".1f"),
@@ -61,19 +65,41 @@ def plain(value: Any) -> Any:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write `data` as JSON atomically (a reader never sees a half-written file)."""
+    """Write `data` as JSON atomically (a reader never sees a half-written file); an OSError
+    becomes a ResultsWriteError naming `path`."""
+    text = json.dumps(plain(data), indent=2) + "\n"
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(plain(data), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with writing(path):
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def write_csv(path: Path, frame: pd.DataFrame) -> None:
+    """Write `frame` as CSV atomically; an OSError becomes a ResultsWriteError naming `path`."""
+    tmp = path.with_name(path.name + ".tmp")
+    with writing(path):
+        try:
+            frame.to_csv(tmp, index=False)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def table_rows(result: RunResult) -> dict[str, int]:
+    """{'records.parquet': rows, ...}: what write_run writes, for checking it on resume."""
+    return {f"{name}.parquet": len(getattr(result, name)) for name in RUN_TABLES}
 
 
 def write_run(run_dir: Path, result: RunResult, config: Mapping[str, Any]) -> None:
     """One run's records, steps, instances, events, summary and resolved config."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    result.records.to_parquet(run_dir / "records.parquet", index=False)
-    result.steps.to_parquet(run_dir / "steps.parquet", index=False)
-    result.instances.to_parquet(run_dir / "instances.parquet", index=False)
-    result.events.to_parquet(run_dir / "events.parquet", index=False)
+    with writing(run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
+    for name in RUN_TABLES:
+        with writing(run_dir / f"{name}.parquet"):
+            getattr(result, name).to_parquet(run_dir / f"{name}.parquet", index=False)
     write_json(run_dir / "summary.json", result.summary)
     write_json(run_dir / "config.json", config)
 
@@ -87,10 +113,7 @@ def summary_row(label: str, policy: str, rate: float | None, seed: int,
 
 def write_summaries(out_dir: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """Rewrite OUT/summary.csv and OUT/summary.json with every run so far."""
-    frame = pd.DataFrame(list(rows))
-    tmp = out_dir / "summary.csv.tmp"
-    frame.to_csv(tmp, index=False)
-    os.replace(tmp, out_dir / "summary.csv")
+    write_csv(out_dir / "summary.csv", pd.DataFrame(list(rows)))
     write_json(out_dir / "summary.json", list(rows))
 
 
@@ -122,11 +145,50 @@ def format_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> st
 
 
 def run_line(row: Mapping[str, Any], wall_s: float) -> str:
-    """A one-line digest of a finished run."""
-    return (f"{row['run']}: {row['completed']}/{row['num_requests']} done, "
+    """A one-line digest of a finished run (with what was rejected, failed or cut, if any)."""
+    line = (f"{row['run']}: {row['completed']}/{row['num_requests']} done, "
             f"{_cell(row['request_throughput'], 1, '.3f')} req/s, "
             f"E2E mean {_cell(row['mean_e2e_s'], 1, '.2f')} s, "
             f"p99 {_cell(row['p99_e2e_s'], 1, '.2f')} s ({wall_s:.1f} s wall)")
+    problems = reason_text(row)
+    return f"{line}; {problems}" if problems else line
+
+
+def _count(row: Mapping[str, Any], key: str) -> int:
+    value = row.get(key)
+    try:
+        return 0 if value is None or value != value else int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def reason_text(row: Mapping[str, Any]) -> str:
+    """'12 rejected, 3 cut (prompt_too_long: 12, max_model_len: 3)' or '' for a clean run."""
+    parts = [f"{_count(row, key)} {word}" for key, word in
+             (("rejected", "rejected"), ("failed", "failed"), ("num_length_capped", "cut"))
+             if _count(row, key)]
+    if not parts:
+        return ""
+    codes = [f"{key[len('reason_'):]}: {_count(row, key)}" for key in row
+             if key.startswith("reason_") and _count(row, key)]
+    return ", ".join(parts) + (f" ({', '.join(codes)})" if codes else "")
+
+
+def bad_fraction(row: Mapping[str, Any]) -> float:
+    """The fraction of a run's requests that were rejected or failed."""
+    total = _count(row, "num_requests")
+    return (_count(row, "rejected") + _count(row, "failed")) / total if total else 0.0
+
+
+def rejection_warnings(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One warning line per run that rejected, failed or cut requests (none when all ran)."""
+    lines = []
+    for row in rows:
+        text = reason_text(row)
+        if text:
+            lines.append(f"warning: {row['run']}: {text} of {_count(row, 'num_requests')} "
+                         f"requests (records.parquet: finish_reason, reason, reason_detail)")
+    return lines
 
 
 def catalogue() -> str:

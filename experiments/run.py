@@ -12,84 +12,27 @@ OUT/summary.json the moment it finishes. OUT defaults to results/<config name>/.
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
-import re
 import shutil
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
 from tqdm import tqdm
 
-from experiments.config import ExperimentConfig, experiment_from_dict
+from experiments.config import ExperimentConfig
+from experiments.config_load import apply_overrides, load_config  # noqa: F401 (re-exported)
 from experiments.config_checks import rebase
-from experiments.report import catalogue, format_table, run_line, write_json, write_summaries
-from experiments.sweep import (check_jobs, expand, finished_row, iter_outputs, persist,
-                               preload, record_failures)
+from experiments.outdir import ResultsWriteError, check_dir_name, prepare_out_dir, writing
+from experiments.report import (bad_fraction, catalogue, format_table, rejection_warnings,
+                                run_line, write_json, write_summaries)
+from experiments.sweep import (RunSpec, check_finished, check_jobs, expand, iter_outputs,
+                               persist, preload, record_failures)
 from experiments.workload import trace_path
 from sim.cluster import ClusterSpec, build_executors
 from sim.errors import ConfigError, TraceError
-
-
-# ---- config loading and --set overrides ---------------------------------------------------
-def load_config(path: str | Path, overrides: Sequence[str] = ()) -> ExperimentConfig:
-    """Read a YAML config, apply `key.path=value` overrides, then resolve and validate it."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file not found: {path}")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError("config", str(path), f"not valid YAML: {exc}") from None
-    raw = apply_overrides(raw if raw is not None else {}, overrides)
-    return experiment_from_dict(raw, path.stem)
-
-
-def apply_overrides(raw: Any, overrides: Sequence[str]) -> Any:
-    """A copy of `raw` with each `a.b.0.c=value` (value parsed as YAML) assigned."""
-    raw = copy.deepcopy(raw)
-    for text in overrides:
-        key_path, sep, value_text = text.partition("=")
-        if not sep or not key_path.strip():
-            raise ConfigError("--set", text, "expected key.path=value")
-        try:
-            value = yaml.safe_load(value_text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set {key_path}", value_text, f"not valid YAML: {exc}") from None
-        keys = re.sub(r"\[(\d+)\]", r".\1", key_path.strip()).split(".")
-        node = raw
-        for depth, key in enumerate(keys[:-1]):
-            node = _child(node, key, ".".join(keys[: depth + 1]))
-        _assign(node, keys[-1], value, key_path)
-    return raw
-
-
-def _index(node: list, key: str, where: str) -> int:
-    if not key.isdigit() or int(key) >= len(node):
-        raise ConfigError(f"--set {where}", key, f"not an index of a list of {len(node)}")
-    return int(key)
-
-
-def _child(node: Any, key: str, where: str) -> Any:
-    """`node[key]`, creating an empty mapping for a missing or empty key of a mapping."""
-    if isinstance(node, list):
-        return node[_index(node, key, where)]
-    if not isinstance(node, dict):
-        raise ConfigError(f"--set {where}", node, "cannot descend into a non-mapping value")
-    if node.get(key) is None:
-        node[key] = {}
-    return node[key]
-
-
-def _assign(node: Any, key: str, value: Any, where: str) -> None:
-    if isinstance(node, list):
-        node[_index(node, key, where)] = value
-    elif isinstance(node, dict):
-        node[key] = value
-    else:
-        raise ConfigError(f"--set {where}", node, "cannot set a key of a non-mapping value")
+from sim.limits import resolve_max_model_len
 
 
 # ---- the sweep ------------------------------------------------------------------------------
@@ -100,7 +43,7 @@ def check_cluster(spec: ClusterSpec, where: str = "cluster") -> None:
             from real.options import check_real_cluster
             check_real_cluster(spec)
         else:
-            build_executors(spec)
+            resolve_max_model_len(build_executors(spec), spec.max_model_len)
     except ConfigError as err:
         raise rebase(where, err) from None
 
@@ -113,26 +56,19 @@ def run_sweep(cfg: ExperimentConfig, out_dir: Path, *, progress: bool = True, jo
     check_cluster(cfg.cluster)
     for i, entry in enumerate(cfg.policies):
         check_cluster(cfg.cluster_for(entry), f"policies[{i}].cluster")
+        check_dir_name(f"policies[{i}].label", entry.label)
     preload(cfg)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = prepare_out_dir(out_dir)
     for stale in (out_dir / "runs").glob(".*.tmp-*"):  # left by an interrupted sweep
         shutil.rmtree(stale, ignore_errors=True)
     experiment = experiment_record(cfg)
     write_json(out_dir / "config.json", experiment)
-    rows: dict[str, dict] = {}
-    todo = []
-    for spec in specs:
-        row = finished_row(out_dir, cfg, spec)
-        if row is None:
-            todo.append(spec)
-        else:
-            rows[spec.name] = row
-    if rows:
-        tqdm.write(f"{len(rows)} of {len(specs)} runs already finished: skipped")
+    rows, todo = resume(out_dir, cfg, specs)
     failures = []
     with tqdm(total=len(specs), initial=len(rows), desc=cfg.name, unit="run",
-              disable=None if progress else True) as bar:
-        for out in iter_outputs(cfg, todo, jobs, use_ray, progress):
+              disable=None if progress else True) as bar, \
+            closing(iter_outputs(cfg, todo, jobs, use_ray, progress)) as outputs:
+        for out in outputs:
             bar.update(1)
             if out.result is None:
                 failures.append(out)
@@ -147,6 +83,25 @@ def run_sweep(cfg: ExperimentConfig, out_dir: Path, *, progress: bool = True, jo
     if failures:
         raise SweepFailures(failures)
     return [rows[s.name] for s in specs if s.name in rows]
+
+
+def resume(out_dir: Path, cfg: ExperimentConfig,
+           specs: list[RunSpec]) -> tuple[dict[str, dict], list[RunSpec]]:
+    """({name: summary row} of the finished runs on disk that are reused, the runs to do);
+    prints one line for each run directory that is not reused, saying why."""
+    rows: dict[str, dict] = {}
+    todo: list[RunSpec] = []
+    for spec in specs:
+        row, why = check_finished(out_dir, cfg, spec)
+        if row is None:
+            todo.append(spec)
+            if why:
+                tqdm.write(f"{spec.name}: not reused: {why}")
+        else:
+            rows[spec.name] = row
+    if rows:
+        tqdm.write(f"{len(rows)} of {len(specs)} runs already finished: skipped")
+    return rows, todo
 
 
 class SweepFailures(RuntimeError):
@@ -184,11 +139,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--ray", action="store_true", help="run on Ray (RAY_ADDRESS or local)")
     parser.add_argument("--backend", choices=("sim", "real"), default=None,
                         help="override cluster.backend: sim (cost model) or real (torch engine)")
+    parser.add_argument("--strict", nargs="?", type=float, const=0.0, default=None,
+                        metavar="FRACTION", help="exit 1 when any run rejected or failed more "
+                        "than FRACTION of its requests (default 0: any); results are still "
+                        "written")
     parser.add_argument("--capacity", action="store_true", help="search each policy's highest "
                         "rate meeting the config's slo: (see python -m experiments.capacity -h)")
     args = parser.parse_args(argv)
     if not args.list and args.config is None:
         parser.error("a CONFIG file is required (or --list)")
+    if args.strict is not None and not 0 <= args.strict <= 1:
+        parser.error(f"--strict={args.strict}: a fraction of requests in [0, 1]")
     if args.backend is not None:
         args.overrides.append(f"cluster.backend={args.backend}")
     return args
@@ -215,13 +176,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SweepFailures as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except ResultsWriteError as exc:
+        print(f"error: {exc} (the runs finished before it are on disk)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as exc:
         print("interrupted; finished runs are already written", file=sys.stderr)
-        return 130
+        return 128 + getattr(exc, "signum", 2)
     table = format_table(rows, [entry.label for entry in cfg.policies])
-    (out_dir / "table.txt").write_text(table + "\n", encoding="utf-8")
+    warnings = rejection_warnings(rows)
+    try:
+        with writing(out_dir / "table.txt"):
+            (out_dir / "table.txt").write_text("\n".join([table, *warnings]) + "\n",
+                                               encoding="utf-8")
+    except ResultsWriteError as exc:
+        print(f"error: {exc} (every run is on disk)", file=sys.stderr)
+        return 1
     print(f"\n{cfg.name}: {len(rows)} runs -> {out_dir}\n{table}")
-    return 0
+    for line in warnings:
+        print(line, file=sys.stderr)
+    return strict_status(rows, args.strict)
+
+
+def strict_status(rows: Sequence[dict], threshold: float | None) -> int:
+    """1 (with a message) when `--strict` is set and a run rejected or failed more than
+    `threshold` of its requests; else 0."""
+    if threshold is None:
+        return 0
+    over = [row for row in rows if bad_fraction(row) > threshold]
+    for row in over:
+        print(f"error: --strict={threshold:g}: {row['run']} rejected or failed "
+              f"{bad_fraction(row):.1%} of its requests", file=sys.stderr)
+    return 1 if over else 0
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """Resumable, parallel sweeps: expand a config into runs, execute them, persist each at once.
 
 Each run is identified by a stable hash of its resolved config (workload, cluster, policy and
-parameters, rate, seed, caps, SLO). Workers (a local process pool, or Ray tasks on a cluster) only
-simulate and return their results; the driver writes every finished run into its own directory
-atomically (a temporary directory renamed into place), so an interrupted or crashed run never
-corrupts another, and rerunning the sweep skips every run whose directory holds the same hash.
-Failures are recorded with their error in OUT/failures.json and reported at the end.
+parameters, rate, seed, caps, SLO), the trace file's content, the result schema version and the
+simulator's version. Workers (a local process pool, or Ray tasks on a cluster) only simulate and
+return their results; the driver writes every finished run into its own directory atomically (a
+temporary directory renamed into place), so an interrupted or crashed run never corrupts another,
+and rerunning the sweep skips every run whose directory holds the same hash and whose files open
+(experiments/resume.py). Failures are recorded in OUT/failures.json and reported at the end.
 """
 
 from __future__ import annotations
@@ -13,12 +14,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -27,7 +26,11 @@ import pandas as pd
 from tqdm import tqdm
 
 from experiments.config import ExperimentConfig, PolicyEntry
-from experiments.report import plain, run_id, summary_row, write_json, write_run
+from experiments.outdir import run_dir, writing
+from experiments.pool import completed
+from experiments.report import plain, run_id, summary_row, table_rows, write_json, write_run
+from experiments.resume import (RESULT_SCHEMA_VERSION, NotReusable, file_digest,
+                                referenced_files, reusable_summary, simulator_version)
 from experiments.workload import build_workload, load_base_trace, trace_path
 from sim.errors import ConfigError, TraceError
 from sim.simulate import RunResult
@@ -57,6 +60,7 @@ class RunOutput:
     wall_s: float  # seconds the simulation took
     error: str | None = None  # "Type: message" of a failed run
     traceback: str | None = None
+    trace_digest: str | None = None  # '<bytes>:<blake2b>' of the trace file the worker read
 
 
 def expand(cfg: ExperimentConfig) -> list[RunSpec]:
@@ -71,40 +75,61 @@ def run_identity(cfg: ExperimentConfig, spec: RunSpec) -> dict[str, Any]:
     workload = dataclasses.asdict(cfg.workload)
     if cfg.workload.trace is not None:
         workload["trace"]["resolved_path"] = trace_path(cfg.workload.trace)
-    return plain({"workload": workload, "cluster": dataclasses.asdict(cfg.cluster_for(spec.entry)),
+        workload["trace"]["content"] = file_digest(workload["trace"]["resolved_path"])
+    cluster = dataclasses.asdict(cfg.cluster_for(spec.entry))
+    cluster["files"] = referenced_files(cluster)
+    return plain({"workload": workload, "cluster": cluster,
                   "policy": spec.entry.name, "params": dataclasses.asdict(spec.resolved),
                   "rate": spec.rate, "seed": spec.seed, "max_requests": cfg.max_requests,
-                  "duration_s": cfg.duration_s, "slo": cfg.slo})
+                  "duration_s": cfg.duration_s, "slo": cfg.slo,
+                  "result_schema": RESULT_SCHEMA_VERSION, "simulator": simulator_version()})
 
 
-def run_hash(cfg: ExperimentConfig, spec: RunSpec) -> str:
-    """A stable 16-hex-digit hash of the run's resolved config."""
-    text = json.dumps(run_identity(cfg, spec), sort_keys=True, default=str)
+def run_hash(cfg: ExperimentConfig, spec: RunSpec, identity: dict | None = None) -> str:
+    """A stable 16-hex-digit hash of the run's identity (computed when not given)."""
+    identity = run_identity(cfg, spec) if identity is None else identity
+    text = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def finished_row(out_dir: Path, cfg: ExperimentConfig, spec: RunSpec) -> dict | None:
-    """The summary row of a run already on disk with the same hash, else None."""
-    run_dir = out_dir / "runs" / spec.name
+def check_finished(out_dir: Path, cfg: ExperimentConfig, spec: RunSpec) -> tuple[dict | None, str]:
+    """(summary row, "") of a run already on disk with the same hash whose files open;
+    (None, why it is not reused) otherwise, the reason "" when no run directory exists."""
+    path = run_dir(out_dir, spec.name)
+    if not path.exists():
+        return None, ""
+    identity = run_identity(cfg, spec)
     try:
-        config = json.loads((run_dir / "config.json").read_text())
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if config.get("run", {}).get("hash") != run_hash(cfg, spec):
-        return None
+        summary = reusable_summary(path, run_hash(cfg, spec, identity), identity)
+    except NotReusable as why:
+        return None, str(why)
     summary = {k: (float("nan") if v is None else v) for k, v in summary.items()}
-    return summary_row(spec.entry.label, spec.entry.name, spec.rate, spec.seed, summary)
+    return summary_row(spec.entry.label, spec.entry.name, spec.rate, spec.seed, summary), ""
+
+
+def finished_row(out_dir: Path, cfg: ExperimentConfig, spec: RunSpec) -> dict | None:
+    """The summary row of a reusable finished run on disk (check_finished), else None."""
+    return check_finished(out_dir, cfg, spec)[0]
 
 
 # ---- the worker side ------------------------------------------------------------------------
-_BASE_TRACES: dict[int, pd.DataFrame | None] = {}  # per-process cache of loaded base traces
+# per-process cache: id(cfg) -> (digest of the trace file as read, its requests)
+_BASE_TRACES: dict[int, tuple[str | None, pd.DataFrame | None]] = {}
 
 
 def preload(cfg: ExperimentConfig) -> None:
     """Load (and so validate) the sweep's trace once, before any run; forked workers inherit it."""
     _BASE_TRACES.clear()
-    _BASE_TRACES[id(cfg)] = load_base_trace(cfg)
+    _BASE_TRACES[id(cfg)] = _load(cfg)
+
+
+def _load(cfg: ExperimentConfig) -> tuple[str | None, pd.DataFrame | None]:
+    """The trace file's digest (taken before reading it) and its requests; (None, None) when
+    the workload is synthetic."""
+    if cfg.workload.trace is None:
+        return None, load_base_trace(cfg)
+    digest = file_digest(trace_path(cfg.workload.trace))
+    return digest, load_base_trace(cfg)
 
 
 def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
@@ -112,21 +137,24 @@ def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
     """Build the run's workload and simulate it; errors come back as data, never raised."""
     start = time.perf_counter()
     num_requests = 0
+    digest = None
     try:
         key = id(cfg)
         if key not in _BASE_TRACES:
             _BASE_TRACES.clear()
-            _BASE_TRACES[key] = load_base_trace(cfg)
-        trace = build_workload(cfg, _BASE_TRACES[key], spec.rate, spec.seed)
+            _BASE_TRACES[key] = _load(cfg)
+        digest, base = _BASE_TRACES[key]
+        trace = build_workload(cfg, base, spec.rate, spec.seed)
         num_requests = len(trace)
         if num_requests == 0:
             raise TraceError(spec.name, "the workload has no requests (check duration_s / "
                                         "max_requests)")
         result = _simulate(cfg, spec, trace, on_done)
-        return RunOutput(spec, result, num_requests, time.perf_counter() - start)
+        return RunOutput(spec, result, num_requests, time.perf_counter() - start,
+                         trace_digest=digest)
     except Exception as exc:  # noqa: BLE001 - a failed run is recorded, the sweep goes on
         return RunOutput(spec, None, num_requests, time.perf_counter() - start,
-                         f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                         f"{type(exc).__name__}: {exc}", traceback.format_exc(), digest)
 
 
 def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
@@ -141,7 +169,8 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
     if cluster.backend == "real":  # the torch engine; the clock advances by measured times
         from real.replay import replay
     result = replay(trace, spec.entry.name, spec.entry.params, build_executors(cluster),
-                    seed=spec.seed, on_done=on_done, **overhead_kwargs(cluster))
+                    seed=spec.seed, on_done=on_done, max_model_len=cluster.max_model_len,
+                    **overhead_kwargs(cluster))
     if cfg.slo is not None:
         result.summary.update(slo_summary(result.records, result.summary, cfg.slo))
     return result
@@ -153,31 +182,49 @@ def persist(out_dir: Path, cfg: ExperimentConfig, out: RunOutput,
     """Write a finished run atomically into OUT/runs/<name>/ and return its summary row."""
     assert out.result is not None
     spec = out.spec
-    runs = out_dir / "runs"
-    tmp = runs / f".{spec.name}.tmp-{os.getpid()}"
+    final = run_dir(out_dir, spec.name)
+    identity = run_identity(cfg, spec)
+    check_trace_unchanged(cfg, identity, out)
+    tmp = final.parent / f".{spec.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    write_run(tmp, out.result, {
-        "experiment": experiment,
-        "run": {"label": spec.entry.label, "policy": spec.entry.name, "hash": run_hash(cfg, spec),
-                "params": dataclasses.asdict(spec.resolved), "rate": spec.rate, "seed": spec.seed,
-                "num_requests": out.num_requests, "wall_s": out.wall_s,
-                "cluster": dataclasses.asdict(cfg.cluster_for(spec.entry))}})
-    final = runs / spec.name
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    try:
+        write_run(tmp, out.result, {
+            "experiment": experiment,
+            "run": {"label": spec.entry.label, "policy": spec.entry.name,
+                    "hash": run_hash(cfg, spec, identity), "identity": identity,
+                    "files": table_rows(out.result),
+                    "params": dataclasses.asdict(spec.resolved), "rate": spec.rate,
+                    "seed": spec.seed, "num_requests": out.num_requests, "wall_s": out.wall_s,
+                    "cluster": dataclasses.asdict(cfg.cluster_for(spec.entry))}})
+        with writing(final):
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # left only when writing failed
     return summary_row(spec.entry.label, spec.entry.name, spec.rate, spec.seed,
                        out.result.summary)
+
+
+def check_trace_unchanged(cfg: ExperimentConfig, identity: dict, out: RunOutput) -> None:
+    """TraceError when the worker read a different trace file version than the one on disk."""
+    expected = (identity["workload"].get("trace") or {}).get("content")
+    if out.trace_digest is not None and out.trace_digest != expected:
+        assert cfg.workload.trace is not None
+        raise TraceError(trace_path(cfg.workload.trace),
+                         f"changed while the sweep ran ({out.spec.name} read content "
+                         f"{out.trace_digest}, the file now has {expected}); rerun the sweep")
 
 
 def record_failures(out_dir: Path, failures: list[RunOutput]) -> None:
     """OUT/failures.json: every failed run with its error and traceback (removed when none)."""
     path = out_dir / "failures.json"
-    if not failures:
-        path.unlink(missing_ok=True)
-        return
-    write_json(path, [{"run": f.spec.name, "error": f.error, "traceback": f.traceback}
-                      for f in failures])
+    with writing(path):
+        if not failures:
+            path.unlink(missing_ok=True)
+            return
+        write_json(path, [{"run": f.spec.name, "error": f.error, "traceback": f.traceback}
+                          for f in failures])
 
 
 def iter_outputs(cfg: ExperimentConfig, specs: list[RunSpec], jobs: int, use_ray: bool,
@@ -192,18 +239,7 @@ def iter_outputs(cfg: ExperimentConfig, specs: list[RunSpec], jobs: int, use_ray
                       disable=None if progress else True) as bar:
                 yield simulate_run(cfg, spec, on_done=bar.update)
     else:
-        yield from _pool_outputs(cfg, specs, jobs)
-
-
-def _pool_outputs(cfg: ExperimentConfig, specs: list[RunSpec], jobs: int) -> Iterator[RunOutput]:
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        pending = {pool.submit(simulate_run, cfg, spec) for spec in specs}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                yield fut.result()
+        yield from completed(simulate_run, [(cfg, spec) for spec in specs], jobs)
 
 
 def check_jobs(jobs: int) -> None:

@@ -15,7 +15,7 @@ real engine (`backend: real`, options under `real:`), plus a `validate:` section
 
 For each policy the trace is replayed on the real engine (clock advanced by measured step times)
 and simulated with each calibrated model at the engine's KV capacity and block size. OUT (default
-results/validate/<name>/) gets profile.csv/.json, calibration.json (+ .learned.joblib),
+results/validate/<name>/) gets profile.csv/.json, calibration.json (+ .learned.json),
 runs/<label>__{real,roofline,learned}/, metric_errors.csv, step_errors.csv, validation.json,
 step_scatter.png (simulated vs measured step time) and latency_cdf.png.
 """
@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
-import yaml
 
 from experiments.config import ExperimentConfig, PolicyEntry, experiment_from_dict
 from experiments.config_checks import mapping
+from experiments.outdir import ResultsWriteError
 from experiments.report import write_json, write_run
+from experiments.config_load import load_yaml_file
 from experiments.run import apply_overrides
 from experiments.workload import build_workload, load_base_trace
 from sim.errors import ConfigError, TraceError, check_positive
@@ -71,7 +72,7 @@ def load_validation_config(path: str | Path, overrides: Sequence[str] = ()
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file not found: {path}")
-    raw = apply_overrides(yaml.safe_load(path.read_text(encoding="utf-8")) or {}, overrides)
+    raw = apply_overrides(load_yaml_file(path) or {}, overrides)
     raw = mapping("config", raw)
     section = mapping("validate", raw.pop("validate", None))
     known = [f.name for f in dataclasses.fields(ValidateOptions)]
@@ -138,7 +139,8 @@ def validate_policy(entry: PolicyEntry, trace: pd.DataFrame, executor: Any, cali
     for kind in opts.kinds:
         sim_ex = load_calibrated_executor(calibration, kind, executor.kv_capacity_tokens,
                                           executor.block_size)
-        sim = simulate(trace, entry.name, entry.params, [sim_ex], seed=seed)
+        sim = simulate(trace, entry.name, entry.params, [sim_ex], seed=seed,
+                       max_model_len=executor.max_model_len)  # the engine's own limit
         write_run(out / "runs" / f"{entry.label}__{kind}", sim, {"policy": entry.name,
                   "params": entry.params, "calibration": str(calibration), "kind": kind})
         res["records"][(entry.label, kind)] = sim.records
@@ -184,13 +186,14 @@ def run_validation(cfg: ExperimentConfig, opts: ValidateOptions, out: Path,
     if pairs:
         step_scatter(pairs, out / "step_scatter.png")
         latency_cdfs(records, out / "latency_cdf.png")
-    import json
+    from sim.jsonfile import read_json_object
 
     summary = {"name": cfg.name, "engine": executor.name,
                "attention_backend": executor.attention_backend,
                "kv_capacity_tokens": executor.kv_capacity_tokens,
                "block_size": executor.block_size, "num_requests": len(trace),
-               "calibration": str(cal), "fit": json.loads(cal.read_text())["fit"],
+               "calibration": str(cal),
+               "fit": read_json_object(cal, "--calibration", "calibration").get("fit"),
                "metrics": metrics, "steps": steps, "failures": failures,
                "wall_s": time.perf_counter() - start}
     write_json(out / "validation.json", summary)
@@ -229,6 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, TraceError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ResultsWriteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     report = format_report(summary)
     (out / "report.txt").write_text(report + "\n", encoding="utf-8")
     print(f"{report}\n-> {out}")

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from experiments.config import ExperimentConfig
 from experiments.workload_config import TraceWorkload, sessions_at_rate
-from sim.errors import TraceError
+from sim.errors import ConfigError, TraceError
 from traces.registry import load_trace, shared_trace_path
+from traces.schema import trace_stats
 from traces.sessions import session_trace
 from traces.synthetic import poisson_from_lengths, scale_rate, synthetic_trace
 
 
 def load_base_trace(cfg: ExperimentConfig) -> pd.DataFrame | None:
-    """The trace file's requests (loaded once per sweep); None for a synthetic workload."""
+    """The trace file's requests (loaded once per sweep, before any run, so a trace the config
+    cannot replay fails here); None for a synthetic workload."""
     trace = cfg.workload.trace
     if trace is None:
         return None
@@ -21,7 +25,24 @@ def load_base_trace(cfg: ExperimentConfig) -> pd.DataFrame | None:
     df = load_trace(path, trace.format, limit=trace.limit)
     if len(df) == 0:
         raise TraceError(str(path), "trace has no requests")
+    check_retime(df, trace, str(path))
     return df
+
+
+def check_retime(df: pd.DataFrame, trace: TraceWorkload, source: str) -> None:
+    """ConfigError when the trace's retiming divides by a span the trace does not have:
+    `scale` rescales the trace's mean rate (requests / span), undefined when every request
+    arrives at one instant."""
+    if trace.retime != "scale":
+        return
+    stats = trace_stats(df)
+    if not 0 < stats["rate_per_s"] < math.inf:
+        first = float(df["arrival_s"].iloc[0])
+        raise ConfigError("workload.trace.retime", trace.retime,
+                          f"trace {source} has {len(df)} request(s), all arriving at "
+                          f"{first:g} s (span {stats['duration_s']:g} s): its rate is "
+                          f"undefined, so it cannot be rescaled to request_rates; use retime: "
+                          f"poisson (fresh arrivals at each rate) or none")
 
 
 def trace_path(trace: TraceWorkload) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from sim.errors import check_positive
 from sim.executor import Step, StepResult
-from sim.request import Request, emit_batch
+from sim.request import EXCEEDS_MAX_TOKENS, Request, emit_batch
 
 from policies.base import Policy, PolicyConfig
 from policies.registry import register_policy
@@ -58,7 +58,7 @@ class OrcaPolicy(Policy):
     def add_request(self, request: Request, now: float) -> bool:
         if request.target_output_tokens > self.config.max_tokens:
             request.reject(now, f"output_tokens={request.target_output_tokens} > max_tokens="
-                                f"{self.config.max_tokens}")
+                                f"{self.config.max_tokens}", EXCEEDS_MAX_TOKENS)
             return False
         need = self.reservation(request)
         fits = [i for i, info in enumerate(self.instances) if info.kv_capacity_tokens >= need]

@@ -246,6 +246,7 @@ class PagedPolicy(Policy):
             self.prefix.register(s.blocks, batch)
         for r in batch:
             if not r.is_finished and self.never_fits(s, r.num_tokens + self.decode_width - 1):
+                r.num_padding_tokens += r.num_computed_tokens  # its KV was wasted work
                 r.fail(now, "outgrew the whole KV cache")
                 done.append(r)
         for r in done:

@@ -31,6 +31,9 @@ class PrefixCaching:
         """The content keys of `r`'s leading full blocks (computed once per request)."""
         keys = self._keys.get(r.request_id)
         if keys is None:
+            if r.block_ids and r.block_tokens is None:  # loud: caching would silently be off
+                raise ValueError(f"request {r.request_id}: block_tokens=None with block_ids="
+                                 f"{list(r.block_ids[:8])}: prefix caching cannot key its blocks")
             if r.block_ids is None or r.block_tokens is None:
                 keys = []
             else:

@@ -14,6 +14,7 @@ import numpy as np
 
 from sim.errors import ConfigError
 from sim.executor import InstanceInfo
+from sim.field_types import check_fields
 from sim.recorder import Recorder
 
 from policies.base import Policy, PolicyConfig
@@ -66,7 +67,12 @@ def get_policy(name: str) -> type[Policy]:
 
 def make_config(cls: type[Policy], params: Mapping[str, Any] | None,
                 where: str = "policy") -> PolicyConfig:
-    """Build the policy's Config dataclass from a mapping, naming unknown fields."""
+    """Build the policy's Config dataclass from a mapping, naming unknown fields
+    (`<where>.<field>`) and values whose type does not fit the field's annotation (the bare
+    field, like the Config's own checks; no coercion: a bool or 8.0 is not an int, "8" is not
+    a number)."""
+    if params is not None and not isinstance(params, Mapping):
+        raise ConfigError(where, params, "must be a mapping of parameters")
     params = dict(params or {})
     fields = {f.name for f in dataclasses.fields(cls.Config)}
     unknown = sorted(set(params) - fields)
@@ -74,6 +80,7 @@ def make_config(cls: type[Policy], params: Mapping[str, Any] | None,
         raise ConfigError(f"{where}.{unknown[0]}", params[unknown[0]],
                           f"unknown parameter of policy {cls.name!r}; known: "
                           f"{', '.join(sorted(fields)) or '(none)'}")
+    check_fields(cls.Config, "", params)
     try:
         return cls.Config(**params)
     except TypeError as exc:

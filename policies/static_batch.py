@@ -21,6 +21,15 @@ def batch_kv_tokens(batch: list[Request]) -> int:
     return len(batch) * (longest_prompt + longest_output)
 
 
+def static_tokens_per_request(longest_prompt: int, num_iterations: int) -> int:
+    """Tokens a static batch computes per request (per slot) over `num_iterations` completed
+    iterations: the padded prompt in the first, one token in each later one; nothing when the
+    padded prefill itself did not complete (an OOM at iteration 1). The engine counts a step's
+    computed tokens the same way (`sim/engine.py`), so per request computed = useful + padding +
+    recomputed holds for completed, retried and failed batches alike."""
+    return longest_prompt + num_iterations - 1 if num_iterations > 0 else 0
+
+
 def static_step(instance_id: int, batch: list[Request], now: float) -> Step:
     """One Step running `batch` to completion: padded prefill, then lock-step decode."""
     longest_prompt = max(r.num_prompt_tokens for r in batch)
@@ -53,7 +62,8 @@ def finish_static_batch(batch: list[Request], result: StepResult, now: float,
         r.emit(times[:n], recorder.gaps)
         if n > 1:
             r.max_itl_s = max(r.max_itl_s, float(prefix_max[n - 2]))
-        r.num_padding_tokens += (longest_prompt - r.num_prompt_tokens) + (num_iters - n)
+        useful = r.num_prompt_tokens + n - 1
+        r.num_padding_tokens += static_tokens_per_request(longest_prompt, num_iters) - useful
     return [r for r in batch if r.status is RequestStatus.FINISHED]
 
 
@@ -64,8 +74,18 @@ def split_batch(batch: list[Request]) -> tuple[list[Request], list[Request]]:
 
 
 def reset_for_retry(batch: list[Request], wasted_tokens_per_request: int) -> None:
-    """Drop the KV of a failed batch; its computed tokens count as recomputation later."""
+    """Drop the KV of an OOM batch that will run again; its computed tokens count as
+    recomputation (`static_tokens_per_request` of the failed step)."""
     for r in batch:
         r.num_recomputed_tokens += wasted_tokens_per_request
         r.num_computed_tokens = 0
         r.status = RequestStatus.WAITING
+
+
+def fail_static_batch(batch: list[Request], wasted_tokens_per_request: int, now: float,
+                      detail: str) -> None:
+    """Give up the requests of an OOM batch (status failed, reason out_of_memory): the tokens
+    their last attempt computed count as padding (earlier attempts are already recomputation)."""
+    for r in batch:
+        r.num_padding_tokens += wasted_tokens_per_request
+        r.fail(now, detail)

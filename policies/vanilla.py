@@ -19,8 +19,8 @@ from sim.request import Request
 
 from policies.base import Policy, PolicyConfig
 from policies.registry import register_policy
-from policies.static_batch import (finish_static_batch, reset_for_retry, split_batch,
-                                   static_step)
+from policies.static_batch import (fail_static_batch, finish_static_batch, reset_for_retry,
+                                   split_batch, static_step, static_tokens_per_request)
 
 ON_OOM = ("fail", "split")
 
@@ -73,16 +73,17 @@ class VanillaPolicy(Policy):
         self.reserved[step.instance_id] = 0
         if not result.oom:
             return finish_static_batch(batch, result, now, self.recorder)
-        self.recorder.event(now, "oom", -1, f"batch of {len(batch)} on {step.instance_id}")
-        wasted = step.num_new_tokens[0] + result.num_iterations
+        m = result.num_iterations
+        self.recorder.event(now, "oom", -1, f"batch of {len(batch)} on instance "
+                                            f"{step.instance_id} after {m} iterations")
+        wasted = static_tokens_per_request(step.num_new_tokens[0], m)  # per request
         if self.config.on_oom == "split" and len(batch) > 1:
             reset_for_retry(batch, wasted)
             first, second = split_batch(batch)
             self.retry.extendleft((second, first))
             return []
-        for r in batch:
-            r.num_padding_tokens += wasted
-            r.fail(now, "out of KV memory in its static batch")
+        fail_static_batch(batch, wasted, now, f"out of KV memory in its static batch of "
+                                              f"{len(batch)} after {m} iterations")
         return batch
 
     def num_reserved_kv_tokens(self, instance_id: int) -> int:

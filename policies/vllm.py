@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sim.errors import check_positive
 from sim.executor import Step
-from sim.request import Request
+from sim.request import EXCEEDS_BATCH_TOKENS, Request
 
 from policies.paged import PagedConfig, PagedInstance, PagedPolicy
 from policies.registry import register_policy
@@ -41,7 +41,8 @@ class VllmPolicy(PagedPolicy):
     def add_request(self, request: Request, now: float) -> bool:
         if request.num_prompt_tokens > self.config.max_num_batched_tokens:
             request.reject(now, f"prompt_tokens={request.num_prompt_tokens} > "
-                                f"max_num_batched_tokens={self.config.max_num_batched_tokens}")
+                                f"max_num_batched_tokens={self.config.max_num_batched_tokens}",
+                           EXCEEDS_BATCH_TOKENS)
             return False
         return super().add_request(request, now)
 

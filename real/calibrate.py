@@ -4,7 +4,8 @@
     python -m real.calibrate [PROFILE.csv] --scheduling STEPS.parquet [...] --out FILE.json
 
 Writes FILE.json (the profiled deployment, the fitted `CostModelConfig`, fit errors) and
-FILE.learned.joblib (the learned correction model). The simulator loads it by name:
+FILE.learned.json (the learned correction model as plain JSON trees: no pickle, so loading a
+shared calibration never runs code). The simulator loads it by name:
 `cluster.cost_model: {calibration: FILE.json, kind: roofline | learned}`. `--gpu` takes a
 `sim.hardware` GPU for the roofline's peaks, or `measured` (the default on CPU): the peaks
 measured when profiling. fp32 weights (CPU) are modelled as fp16 bytes; the fitted memory
@@ -27,6 +28,8 @@ from sim.calibrated import FEATURES
 from sim.cost_model import DeploymentSpec, RooflineCostModel
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu
+from sim.jsonfile import read_json_object
+from sim.learned_trees import FORMAT
 from sim.models import ModelSpec
 
 ROOFLINE_DTYPES = {"fp32": "fp16", "fp16": "fp16", "bf16": "bf16"}  # engine -> roofline dtype
@@ -38,7 +41,8 @@ def read_profile(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(f"profile not found: {path}")
     meta_path = path.with_suffix(".json")
-    meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    meta = read_json_object(meta_path, "PROFILE.json", "profile sidecar") \
+        if meta_path.is_file() else {}
     return pd.read_csv(path), meta
 
 
@@ -61,13 +65,17 @@ def model_spec(model: str | None, meta: dict[str, Any]) -> ModelSpec:
         return resolve_real_model(model).spec
     if "model" not in meta:
         raise ConfigError("--model", model, "the profile does not name its model; pass --model")
-    return ModelSpec(**meta["model"])
+    try:
+        return ModelSpec(**meta["model"])
+    except (TypeError, ValueError) as exc:
+        raise ConfigError("--model", meta["model"], f"the profile's model is invalid: {exc}") \
+            from None
 
 
 def calibrate(profile: pd.DataFrame, meta: dict[str, Any], model: ModelSpec, device: GPUSpec,
               out: str | Path, learned: bool = True) -> dict[str, Any]:
-    """Fit both models, write FILE.json (+ FILE.learned.joblib); returns the JSON content."""
-    from real.fit import fit_learned, fit_roofline
+    """Fit both models, write FILE.json (+ FILE.learned.json); returns the JSON content."""
+    from real.fit import export_trees, fit_learned, fit_roofline
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -85,12 +93,11 @@ def calibrate(profile: pd.DataFrame, meta: dict[str, Any], model: ModelSpec, dev
         "profile": {k: meta.get(k) for k in ("device", "device_name", "dtype",
                                              "attention_backend", "torch", "num_threads")}}
     if learned:
-        import joblib
-
         regressor, stats = fit_learned(profile, RooflineCostModel(deployment, config))
-        learned_path = out.with_suffix(".learned.joblib")
-        joblib.dump(regressor, learned_path)
-        data["learned"] = {"path": learned_path.name, "regressor": type(regressor).__name__,
+        learned_path = out.with_suffix(".learned.json")
+        learned_path.write_text(json.dumps(export_trees(regressor)) + "\n", encoding="utf-8")
+        data["learned"] = {"path": learned_path.name, "format": FORMAT,
+                           "regressor": type(regressor).__name__,
                            "target": "log(measured / roofline)", "features": list(FEATURES)}
         data["fit"]["learned"] = stats
     out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

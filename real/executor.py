@@ -22,7 +22,7 @@ import torch
 
 from real.attention import default_block_size, make_backend, resolve_backend_name
 from real.kv_cache import KVCacheOOM, PagedKVCache
-from real.memory import dtype_name, num_kv_blocks, resolve_device, resolve_dtype
+from real.memory import check_fits, dtype_name, num_kv_blocks, resolve_device, resolve_dtype
 from real.runner import ModelRunner
 from real.spec import RealModelConfig, resolve_real_model
 from real.timing import CpuStepTimer, CudaStepTimer, make_timer
@@ -58,6 +58,8 @@ class TorchExecutor:
         backend = resolve_backend_name(attention, self.device, self.dtype)
         self.block_size = block_size or default_block_size(backend)  # tokens per KV block
         self.backend = make_backend(backend, self.block_size)  # attention kernel
+        check_fits(self.config, self.block_size, self.dtype, self.device, kv_tokens,
+                   gpu_memory_utilization)  # before allocating: a model too big is a ConfigError
         self.model = build_model(self.config, self.device, self.dtype, weights, seed)
         s = self.config.spec
         blocks = num_kv_blocks(self.config, self.block_size, self.dtype, self.device, kv_tokens,
@@ -76,6 +78,11 @@ class TorchExecutor:
     def kv_capacity_tokens(self) -> int:
         """KV-cache capacity in tokens (blocks x block size)."""
         return self.cache.capacity_tokens
+
+    @property
+    def max_model_len(self) -> int:
+        """The model's context in tokens (max_position_embeddings; sim/limits.py)."""
+        return self.config.spec.max_position_embeddings
 
     @property
     def name(self) -> str:

@@ -4,18 +4,21 @@ roofline  least squares on log(predicted / measured) over `CostModelConfig`'s co
           efficiencies, per-iteration and per-sequence overheads and activation traffic, with
           several starting points;
 learned   gradient-boosted trees (scikit-learn; quick to predict a few rows) of the roofline's
-          log-error over the step features, so the roofline carries it outside the grid.
+          log-error over the step features, so the roofline carries it outside the grid;
+          `export_trees` turns them into plain JSON arrays (`sim.learned_trees`), never a pickle.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from sim.calibrated import FEATURES, model_inputs
 from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+from sim.learned_trees import FORMAT, FORMAT_VERSION
 
 # fitted CostModelConfig fields, how each maps to the optimizer's variable, and its bounds
 FIT_FIELDS = ("compute_efficiency", "memory_efficiency", "step_overhead_s",
@@ -92,3 +95,28 @@ def fit_learned(profile: pd.DataFrame, roofline: RooflineCostModel, seed: int = 
         cv = cross_val_predict(regressor, x, y, cv=KFold(folds, shuffle=True, random_state=seed))
         stats.update({f"cv_{k}": v for k, v in error_stats(base * np.exp(cv), measured).items()})
     return regressor, stats
+
+
+def export_trees(regressor: Any) -> dict[str, Any]:
+    """A fitted GradientBoostingRegressor as the JSON object `sim.learned_trees` reads."""
+    from sklearn.dummy import DummyRegressor
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    if not isinstance(regressor, GradientBoostingRegressor):
+        raise TypeError(f"can store a GradientBoostingRegressor, not {type(regressor).__name__}")
+    if isinstance(regressor.init_, str) and regressor.init_ == "zero":
+        init = 0.0
+    elif isinstance(regressor.init_, DummyRegressor):
+        init = float(np.ravel(regressor.init_.constant_)[0])
+    else:
+        raise TypeError(f"cannot store an init estimator {type(regressor.init_).__name__}")
+    trees = []
+    for stage in regressor.estimators_[:, 0]:
+        t = stage.tree_
+        trees.append({"children_left": t.children_left.tolist(),
+                      "children_right": t.children_right.tolist(),
+                      "feature": t.feature.tolist(), "threshold": t.threshold.tolist(),
+                      "value": t.value[:, 0, 0].tolist()})
+    return {"format": FORMAT, "format_version": FORMAT_VERSION,
+            "num_inputs": int(regressor.n_features_in_), "init": init,
+            "learning_rate": float(regressor.learning_rate), "trees": trees}

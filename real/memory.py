@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from real.kv_cache import kv_bytes_per_block
+from real.sizing import MemoryPlan, host_memory_bytes
 from real.spec import RealModelConfig
 from sim.cost_model import default_activation_reserve
 from sim.errors import ConfigError
@@ -55,6 +56,39 @@ def num_kv_blocks(config: RealModelConfig, block_size: int, dtype: torch.dtype,
     per_block = kv_bytes_per_block(s.num_layers, block_size, s.num_kv_heads, s.head_dim, dtype)
     free, total = torch.cuda.mem_get_info(device)
     outside_torch = (total - free) - torch.cuda.memory_reserved(device)
-    budget = (total * gpu_memory_utilization - torch.cuda.memory_allocated(device)
-              - outside_torch - default_activation_reserve(s, 1))
-    return max(0, int(budget // per_block))
+    usable = total * gpu_memory_utilization - outside_torch
+    reserve = default_activation_reserve(s, 1)
+    budget = usable - torch.cuda.memory_allocated(device) - reserve
+    if budget < per_block:  # the weights left no room for one block: say so with the sizes
+        plan = MemoryPlan(s, dtype_name(dtype), block_size, None, reserve)
+        raise ConfigError("cluster.model", s.name, "leaves no room for one KV block: "
+                          + plan.sizes(str(device), usable))
+    return int(budget // per_block)
+
+
+def usable_memory(device: torch.device, gpu_memory_utilization: float) -> tuple[float | None, str]:
+    """Bytes the engine may allocate on `device` now, and a description of them.
+
+    CUDA: utilization x total, less what other processes and live tensors hold (as
+    `num_kv_blocks` counts it); CPU: the host's physical memory."""
+    if device.type != "cuda":
+        return host_memory_bytes(), "cpu (host memory)"
+    free, total = torch.cuda.mem_get_info(device)
+    # held by other processes, plus live tensors of this one (torch's free cache is reusable)
+    used = (total - free) - torch.cuda.memory_reserved(device) \
+        + torch.cuda.memory_allocated(device)
+    return (total * gpu_memory_utilization - used,
+            f"{device} ({total / 2**30:.2f} GiB x gpu_memory_utilization "
+            f"{gpu_memory_utilization}, {used / 2**30:.2f} GiB already in use)")
+
+
+def check_fits(config: RealModelConfig, block_size: int, dtype: torch.dtype,
+               device: torch.device, kv_tokens: int | None,
+               gpu_memory_utilization: float) -> None:
+    """ConfigError with the sizes, before anything is allocated, unless the weights, the
+    activation reserve and the KV budget (at least one block) fit the device."""
+    s = config.spec
+    reserve = default_activation_reserve(s, 1) if device.type == "cuda" else 0
+    plan = MemoryPlan(s, dtype_name(dtype), block_size, kv_tokens, reserve)
+    usable, label = usable_memory(device, gpu_memory_utilization)
+    plan.check(label, usable)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from sim.errors import ConfigError, check_positive
+from sim.models import ModelSpec
 
 DTYPES = ("auto", "fp32", "fp16", "bf16")
 ATTENTION_BACKENDS = ("auto", "sdpa", "torch_varlen", "flash_attn")
@@ -77,8 +78,20 @@ def check_real_cluster(spec: Any) -> RealOptions:
     if spec.num_instances != 1:
         raise ConfigError("cluster.num_instances", spec.num_instances,
                           "the real backend serves one instance")
-    resolve_real_model(spec.model)
-    return RealOptions.from_mapping(spec.real)
+    config = resolve_real_model(spec.model)
+    opts = RealOptions.from_mapping(spec.real)
+    if opts.device == "cpu":  # the device is known now: refuse a model that cannot fit it
+        check_fits_cpu(config.spec, opts)
+    return opts
+
+
+def check_fits_cpu(model: ModelSpec, opts: RealOptions) -> None:
+    """ConfigError with the sizes unless the model (and its KV budget) fits in host memory."""
+    from real.sizing import MemoryPlan, host_memory_bytes
+
+    dtype = "fp32" if opts.dtype == "auto" else opts.dtype
+    plan = MemoryPlan(model, dtype, opts.block_size or 16, opts.kv_tokens, reserve_bytes=0)
+    plan.check("cpu (host memory)", host_memory_bytes())
 
 
 def build_real_executors(spec: Any) -> list:

@@ -17,6 +17,7 @@ import pandas as pd
 from policies.prefix_caching import check_prefix_caching_backend
 from sim.engine import Simulation
 from sim.executor import Executor, InstanceInfo, Step, StepResult
+from sim.limits import resolve_max_model_len
 from sim.metrics import instance_frame, request_records, summarize
 from sim.recorder import Recorder
 from sim.request import Request, requests_from_trace
@@ -73,7 +74,8 @@ class KVReleasingPolicy:
 
 def replay(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, Any] | None,
            executors: Sequence[Executor], *, seed: int = 0,
-           on_done: Callable[[int], None] | None = None) -> RunResult:
+           on_done: Callable[[int], None] | None = None,
+           max_model_len: int | None = None) -> RunResult:
     """`sim.simulate.simulate` on real executors (each reset first)."""
     from policies.registry import build_policy
 
@@ -81,6 +83,7 @@ def replay(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, An
         reset = getattr(ex, "reset", None)
         if reset is not None:
             reset()
+    limit = resolve_max_model_len(executors, max_model_len)
     requests = requests_from_trace(trace)
     recorder = Recorder()
     infos = [InstanceInfo(i, ex.kv_capacity_tokens, getattr(ex, "name", ""))
@@ -88,7 +91,8 @@ def replay(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, An
     inner = build_policy(policy_name, policy_params, infos, recorder, seed)
     check_prefix_caching_backend(inner.config, "real", "policy_params")
     policy = KVReleasingPolicy(inner)
-    stats = Simulation(requests, policy, executors, recorder, on_done=on_done).run()  # type: ignore
+    stats = Simulation(requests, policy, executors, recorder, on_done=on_done,  # type: ignore
+                       max_model_len=limit).run()
     records = request_records(requests)
     summary = summarize(records, recorder, stats)
     return RunResult(records, recorder.steps_frame(),

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError
+from sim.jsonfile import read_json_object
 
 COLUMNS = ("num_seqs", "num_iterations", "policy_host_s")
 MIN_SINGLE = 20  # single-iteration steps needed to fit on them alone
@@ -94,7 +95,8 @@ def add_scheduling(out: str | Path, steps_paths: Sequence[str | Path]) -> dict[s
     out = Path(out)
     section = fit_scheduling(read_steps(steps_paths))
     section["fit"]["steps_files"] = [str(p) for p in steps_paths]
-    data = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {"version": 1}
+    data = (read_json_object(out, "--out", "calibration") if out.is_file()
+            else {"version": 1})
     data["scheduling_overhead"] = section
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

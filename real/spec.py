@@ -8,12 +8,12 @@ for CPU tests (`real/models/tiny/config.json`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from sim.errors import ConfigError, check_positive
+from sim.jsonfile import read_json_object
 from sim.models import ModelSpec, get_model, model_from_config_dict
 
 TINY_CONFIG = Path(__file__).resolve().parent / "models" / "tiny" / "config.json"
@@ -95,8 +95,7 @@ def read_hf_config(path: str | Path) -> RealModelConfig:
     file = path / "config.json" if path.is_dir() else path
     if not file.is_file():
         raise ConfigError("model", str(path), "no config.json found there")
-    with open(file, encoding="utf-8") as fh:
-        cfg = json.load(fh)
+    cfg = read_json_object(file, "model", "config.json")  # data only; malformed: ConfigError
     return config_from_hf_dict(cfg, file.parent.name)
 
 

@@ -8,7 +8,6 @@ device order. Checkpoints use transformers' Llama names; a tied lm_head may be a
 
 from __future__ import annotations
 
-import json
 import zlib
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 from real.model import LlamaForCausalLM
 from real.spec import RealModelConfig
 from sim.errors import ConfigError
+from sim.jsonfile import read_json_object
 
 INIT_STD = 0.02  # standard deviation of random weights (HF's initializer_range)
 
@@ -52,18 +52,39 @@ def init_random(model: LlamaForCausalLM, seed: int) -> None:
 
 
 def checkpoint_files(path: str | Path) -> list[Path]:
-    """The safetensors shards of a checkpoint folder (or a single .safetensors file)."""
+    """The safetensors shards of a checkpoint folder (or a single .safetensors file).
+
+    Only safetensors are read (tensors, no code); pickled checkpoints (`.bin`, `.pt`, `.pth`)
+    are refused rather than torch.load-ed. Shards an index names must lie inside the folder."""
     path = Path(path)
     if path.is_file() and path.suffix == ".safetensors":
         return [path]
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        return [path / s for s in shards]
+        return _indexed_shards(path, index)
     files = sorted(path.glob("*.safetensors")) if path.is_dir() else []
     if not files:
-        raise ConfigError("real.weights", str(path), "no .safetensors checkpoint found there")
+        raise ConfigError("real.weights", str(path), "no .safetensors checkpoint found there "
+                          "(pickled .bin / .pt checkpoints are never loaded: they can run code; "
+                          "convert them to safetensors)")
     return files
+
+
+def _indexed_shards(folder: Path, index: Path) -> list[Path]:
+    """The shards `model.safetensors.index.json` names, each a .safetensors file in `folder`."""
+    weight_map = read_json_object(index, "real.weights", "safetensors index").get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ConfigError("real.weights", str(index), "its weight_map must be a non-empty "
+                          "object of tensor name -> shard file")
+    root = folder.resolve()
+    shards = []
+    for name in sorted({str(v) for v in weight_map.values()}):
+        shard = (root / name).resolve()
+        if not name.endswith(".safetensors") or not shard.is_relative_to(root):
+            raise ConfigError("real.weights.weight_map", name, f"must be a .safetensors file "
+                              f"inside {root} (named by {index})")
+        shards.append(shard)
+    return shards
 
 
 @torch.no_grad()

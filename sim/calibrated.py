@@ -3,8 +3,9 @@
 A calibration file (JSON) names the deployment that was profiled (model shape, device peaks,
 dtypes, KV capacity and block size) and holds two fitted models of one iteration's time:
   roofline  `sim.cost_model.CostModelConfig` efficiencies and overheads fitted by least squares;
-  learned   a scikit-learn regressor of log(measured / roofline) over step features (Vidur's
-            idea of learning from profiles, here as a correction the roofline extrapolates).
+  learned   gradient-boosted trees of log(measured / roofline) over step features (Vidur's
+            idea of learning from profiles, here as a correction the roofline extrapolates),
+            stored as plain JSON arrays (`sim.learned_trees`): loading one executes nothing.
 A cluster config loads one by name: `cluster.cost_model: {calibration: FILE, kind: learned}`.
 `CalibratedExecutor` runs Steps with it and, unlike the plain cost model, runs out of KV memory
 at block granularity, as the real engine's paged cache does.
@@ -12,19 +13,18 @@ at block granularity, as the real engine's paged cache does.
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
 import numpy as np
 
-from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
-from sim.errors import ConfigError
+from sim.calibration_file import (WHERE, calibrated_roofline, learned_model, profiled_int,
+                                  read_calibration)
+from sim.cost_model import RooflineCostModel
+from sim.errors import ConfigError, check_positive
 from sim.executor import Step, StepResult, modelled_result
-from sim.hardware import GPUSpec
-from sim.models import ModelSpec
+from sim.jsonfile import int_value
 
 KINDS = ("roofline", "learned")
 OPTION_KEYS = ("calibration", "kind", "kv_capacity_tokens", "block_size")
@@ -88,7 +88,7 @@ class LearnedTimes:
 
     def __init__(self, roofline: RooflineTimes, regressor: Any) -> None:
         self.roofline = roofline  # the calibrated roofline being corrected
-        self.regressor = regressor  # sklearn regressor: model_inputs -> log(measured/roofline)
+        self.regressor = regressor  # TreeEnsemble: model_inputs -> log(measured / roofline)
 
     def iteration_times(self, step: Step, num_iterations: int) -> np.ndarray:
         base = self.roofline.iteration_times(step, num_iterations)
@@ -109,7 +109,7 @@ class CalibratedExecutor:
     """Runs Steps instantly with a calibrated time model; KV is paged in `block_size` blocks."""
 
     def __init__(self, times: TimeModel, kv_capacity_tokens: int, block_size: int = 1,
-                 name: str = "calibrated") -> None:
+                 name: str = "calibrated", max_model_len: int | None = None) -> None:
         if block_size < 1 or kv_capacity_tokens < block_size:
             raise ConfigError("kv_capacity_tokens", kv_capacity_tokens,
                               f"must hold at least one block of {block_size} tokens")
@@ -117,6 +117,7 @@ class CalibratedExecutor:
         self.block_size = block_size  # tokens per KV block
         self.num_blocks = kv_capacity_tokens // block_size  # blocks in the cache
         self.name = name  # human label
+        self.max_model_len = max_model_len  # tokens: the profiled model's context (sim/limits.py)
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -148,55 +149,32 @@ class CalibratedExecutor:
         return modelled_result(ends, until_s, oom_at)
 
 
-# ---- calibration files ----------------------------------------------------------------------
-def read_calibration(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("cost_model.calibration", str(path), "calibration file not found")
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-def _build(cls: type, raw: Mapping[str, Any], where: str) -> Any:
-    known = {f.name for f in fields(cls)}
-    try:
-        return cls(**{k: v for k, v in raw.items() if k in known})
-    except TypeError as exc:
-        raise ConfigError(where, dict(raw), str(exc)) from None
-
-
-def calibrated_roofline(data: Mapping[str, Any]) -> RooflineCostModel:
-    """The fitted roofline model of a calibration file's deployment."""
-    model = _build(ModelSpec, data["model"], "calibration.model")
-    device = _build(GPUSpec, data["device"], "calibration.device")
-    deployment = DeploymentSpec(model, device, weight_dtype=data.get("weight_dtype", "fp16"),
-                                kv_dtype=data.get("kv_dtype", "fp16"), activation_reserve_bytes=0)
-    return RooflineCostModel(deployment, _build(CostModelConfig, data["roofline"],
-                                                "calibration.roofline"))
-
-
+# ---- calibration files (read in sim/calibration_file.py: JSON data only) -------------------
 def load_calibrated_executor(path: str | Path, kind: str = "roofline",
                              kv_capacity_tokens: int | None = None,
-                             block_size: int | None = None) -> CalibratedExecutor:
+                             block_size: int | None = None,
+                             where: str = WHERE) -> CalibratedExecutor:
     """An executor from a calibration file; capacity and block size default to the profiled
-    engine's."""
-    if kind not in KINDS:
-        raise ConfigError("cost_model.kind", kind, f"one of {', '.join(KINDS)}")
-    path = Path(path)
-    data = read_calibration(path)
-    times: TimeModel = RooflineTimes(calibrated_roofline(data))
+    engine's. Nothing in the file is executed: a learned model is JSON trees."""
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ConfigError("cluster.cost_model.kind", kind, f"one of {', '.join(KINDS)}")
+    if not isinstance(path, (str, Path)):
+        raise ConfigError(where, path, "must be the path of a calibration JSON file")
+    data = read_calibration(path, where)
+    roofline = calibrated_roofline(data, path, where)
+    times: TimeModel = RooflineTimes(roofline)
     if kind == "learned":
         if not data.get("learned"):
-            raise ConfigError("cost_model.kind", kind, f"{path} holds no learned model")
-        if tuple(data["learned"].get("features", FEATURES)) != FEATURES:
-            raise ConfigError("cost_model.calibration", str(path), "its learned model uses "
-                              "other step features; run python -m real.calibrate again")
-        import joblib  # lazy: scikit-learn's persistence, only for learned models
-
-        times = LearnedTimes(times, joblib.load(path.parent / data["learned"]["path"]))
-    name = f"{data['model']['name']} on {data['device']['name']} (calibrated {kind})"
-    return CalibratedExecutor(times, kv_capacity_tokens or int(data["kv_capacity_tokens"]),
-                              block_size or int(data.get("block_size", 1)), name)
+            raise ConfigError("cluster.cost_model.kind", kind, f"{path} holds no learned model")
+        times = LearnedTimes(times, learned_model(data, path, FEATURES, where))
+    if kv_capacity_tokens is None:
+        kv_capacity_tokens = profiled_int(data, "kv_capacity_tokens", path, where)
+    if block_size is None:
+        block_size = profiled_int(data, "block_size", path, where, default=1)
+    deployment = roofline.deployment
+    name = f"{deployment.model.name} on {deployment.gpu.name} (calibrated {kind})"
+    return CalibratedExecutor(times, kv_capacity_tokens, block_size, name,
+                              deployment.model.max_position_embeddings)
 
 
 def build_calibrated_executors(options: Mapping[str, Any], num_instances: int) -> list:
@@ -206,6 +184,11 @@ def build_calibrated_executors(options: Mapping[str, Any], num_instances: int) -
         if key not in OPTION_KEYS:
             raise ConfigError(f"cluster.cost_model.{key}", options[key],
                               f"unknown with a calibration; known: {', '.join(OPTION_KEYS)}")
+    sizes = {}
+    for key in ("kv_capacity_tokens", "block_size"):
+        if options.get(key) is not None:
+            sizes[key] = int_value(options[key], f"cluster.cost_model.{key}")
+            check_positive(f"cluster.cost_model.{key}", sizes[key])
     ex = load_calibrated_executor(options["calibration"], options.get("kind", "roofline"),
-                                  options.get("kv_capacity_tokens"), options.get("block_size"))
+                                  sizes.get("kv_capacity_tokens"), sizes.get("block_size"))
     return [ex] * num_instances

@@ -8,12 +8,15 @@ is imported only then.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from sim.cost_model import CostModelConfig
 from sim.errors import ConfigError, check_fraction, check_positive
+from sim.field_types import check_fields
 from sim.heterogeneous import build_heterogeneous, normalize_instances
-from sim.overhead import build_overhead
+from sim.limits import resolve_max_model_len
+from sim.overhead import SchedulingOverhead, build_overhead
 
 BACKENDS = ("sim", "real")  # cost model | the real torch engine
 
@@ -35,10 +38,15 @@ class ClusterSpec:
     instances: tuple[Mapping[str, Any], ...] = ()  # groups overriding gpu...
     draft_model: str | None = None  # speculative-decoding draft (name or config path); sim only
     scheduling_overhead: Mapping[str, Any] = field(default_factory=dict)  # sim.overhead fields
+    max_model_len: int | None = None  # tokens a sequence may reach (None: the model's context)
 
     def __post_init__(self) -> None:
+        self._check_types()
         check_positive("cluster.num_instances", self.num_instances)
         groups, total = normalize_instances(self.instances, self.num_instances)
+        for k, group in enumerate(groups):  # a group's overrides: the same types as the cluster's
+            check_fields(ClusterSpec, f"cluster.instances[{k}]",
+                         {key: v for key, v in group.items() if key != "count"})
         object.__setattr__(self, "instances", groups)
         object.__setattr__(self, "num_instances", total)
         check_positive("cluster.tensor_parallel", self.tensor_parallel)
@@ -50,6 +58,15 @@ class ClusterSpec:
             raise ConfigError("cluster.draft_model", self.draft_model, "a draft model runs on "
                               "the roofline cost model only (backend: sim, no calibration)")
         build_overhead(self.scheduling_overhead, self.backend)  # validates; None when empty
+        if self.max_model_len is not None:
+            resolve_max_model_len((), self.max_model_len)  # an int >= 1; vs the model: at build
+
+    def _check_types(self) -> None:
+        """Every field, and the cost-model and overhead numbers, of its annotated type (no
+        bool for a number, no 8.0 for an int): ConfigError naming `cluster.<field>`."""
+        check_fields(ClusterSpec, "cluster", {f.name: getattr(self, f.name) for f in fields(self)})
+        check_fields(CostModelConfig, "cluster.cost_model", self.cost_model)
+        check_fields(SchedulingOverhead, "cluster.scheduling_overhead", self.scheduling_overhead)
 
 
 def build_executors(spec: ClusterSpec) -> list:
@@ -65,7 +82,7 @@ def build_executors(spec: ClusterSpec) -> list:
 
         return build_calibrated_executors(spec.cost_model, spec.num_instances)
     from sim.cost_executor import CostModelExecutor
-    from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+    from sim.cost_model import DeploymentSpec, RooflineCostModel
     from sim.draft import build_draft
     from sim.hardware import get_gpu
     from sim.models import resolve_model

@@ -36,6 +36,11 @@ class CostModelExecutor:
         return self._capacity
 
     @property
+    def max_model_len(self) -> int:
+        """The model's context in tokens (max_position_embeddings; sim/limits.py)."""
+        return self.cost_model.deployment.model.max_position_embeddings
+
+    @property
     def has_draft(self) -> bool:
         """Whether the instance runs a draft model (can execute speculative verify Steps)."""
         return self.draft is not None

@@ -25,7 +25,7 @@ from policies.base import Policy
 from sim.executor import Executor
 from sim.overhead import OverheadClock, SchedulingOverhead
 from sim.recorder import Recorder
-from sim.request import Request
+from sim.request import Request, RequestStatus
 
 
 class SimulationStuck(RuntimeError):
@@ -79,6 +79,7 @@ class Simulation:
     recorder: Recorder
     on_done: Callable[[int], None] | None = None  # called with the number of newly done requests
     overhead: SchedulingOverhead | None = None  # modelled scheduler CPU time per iteration
+    max_model_len: int | None = None  # tokens; longer prompts rejected, outputs cut (None: no cap)
     env: simpy.Environment = field(default_factory=simpy.Environment)
 
     def run(self) -> list[InstanceStats]:
@@ -102,12 +103,23 @@ class Simulation:
             if r.arrival_s > env.now:
                 yield env.timeout(r.arrival_s - env.now)
             state.next_arrival_s = reqs[i + 1].arrival_s if i + 1 < len(reqs) else math.inf
-            if not self.policy.add_request(r, env.now):
+            if not self._admit(r, env.now):
                 state.done(1)
             state.wake_all()
         state.arrivals_done = True
         self.policy.drain(env.now)
         state.wake_all()
+
+    def _admit(self, r: Request, now: float) -> bool:
+        """Apply the context limit, then hand the request to the policy; False when rejected.
+        Every rejection and every cut output is an event (kind, request id, reason: detail)."""
+        ok = self.max_model_len is None or r.apply_max_model_len(self.max_model_len, now)
+        ok = ok and self.policy.add_request(r, now)
+        if not ok:
+            self.recorder.event(now, "rejected", r.request_id, f"{r.reason}: {r.reason_detail}")
+        elif r.reason:
+            self.recorder.event(now, "cut", r.request_id, f"{r.reason}: {r.reason_detail}")
+        return ok
 
     def _sleep(self, instance_id: int, state: _State):
         """Idle until an arrival or a step end wakes the instance, or the policy's wake-up time."""
@@ -168,5 +180,9 @@ class Simulation:
             st.policy_host_s += host
             rec.record_step(instance_id, start, wall, m, seqs, first, ctx, computed, kv, reserved,
                             result.oom, sched, gap, host)
+            for r in done:
+                if r.status is not RequestStatus.FINISHED:  # failed (or rejected) while queued
+                    rec.event(env.now, r.status.value, r.request_id,
+                              f"{r.reason}: {r.reason_detail}")
             state.done(len(done))
             state.wake_all()

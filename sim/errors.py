@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+import reprlib
+
+MAX_VALUE_CHARS = 300  # characters of a value's repr an error message shows at most
+
+
+def short_repr(value: object, limit: int = MAX_VALUE_CHARS) -> str:
+    """repr(value) cut to about `limit` characters, in time bounded however large the value
+    (nested containers show their first items only)."""
+    shortener = reprlib.Repr()
+    shortener.maxlevel, shortener.maxdict, shortener.maxlist = 4, 12, 12
+    shortener.maxtuple, shortener.maxset = 12, 12
+    shortener.maxstring = shortener.maxother = shortener.maxlong = limit
+    text = shortener.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 class ConfigError(ValueError):
     """A configuration field holds an impossible or unknown value."""
 
     def __init__(self, field: str, value: object, reason: str) -> None:
-        self.field = field
-        self.value = value
-        super().__init__(f"{field}={value!r}: {reason}")
+        self.field = field  # dotted path of the field (policies[0].params.batch_size)
+        self.value = value  # the offending value, as given
+        self.reason = reason  # why it is refused
+        super().__init__(f"{field}={short_repr(value)}: {reason}")
+        self._message = str(self.args[0])
+        self.args = (field, value, reason)  # type(e)(*e.args) rebuilds it (SimPy, pickle)
+
+    def __str__(self) -> str:
+        return self._message
 
 
 class TraceError(ValueError):
@@ -25,8 +46,23 @@ class TraceError(ValueError):
         if row is not None:
             where += f", row {row}"
         if field is not None:
-            where += f", field {field!r}={value!r}"
+            where += f", field {field!r}={short_repr(value)}"
         super().__init__(f"{where}: {reason}")
+        self._message = str(self.args[0])
+        self.args = (source, reason)  # type(e)(*e.args) rebuilds it (SimPy, pickle)
+        self._fields = (row, field, value)
+
+    def __str__(self) -> str:
+        return self._message
+
+    def __reduce__(self):  # keep row / field / value through pickling (worker processes)
+        row, field, value = self._fields
+        return _rebuild_trace_error, (self.source, self.args[1], row, field, value)
+
+
+def _rebuild_trace_error(source: str, reason: str, row: int | None, field: str | None,
+                         value: object) -> "TraceError":
+    return TraceError(source, reason, row=row, field=field, value=value)
 
 
 def check_positive(field: str, value: float, *, allow_zero: bool = False) -> None:

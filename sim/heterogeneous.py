@@ -74,6 +74,6 @@ def build_heterogeneous(spec: "ClusterSpec", build: Callable[["ClusterSpec"], li
             one = build(dataclasses.replace(spec, instances=(), num_instances=1, **fields))[0]
         except ConfigError as err:
             raise ConfigError(f"cluster.instances[{k}].{err.field.removeprefix('cluster.')}",
-                              err.value, str(err).split(": ", 1)[-1]) from None
+                              err.value, err.reason) from None
         executors.extend([one] * group["count"])
     return executors

@@ -20,7 +20,11 @@ from sim.request import Request
 RECORD_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "status",
                   "instance_id", "scheduled_s", "first_token_s", "finish_s", "num_preemptions",
                   "num_recomputed_tokens", "num_padding_tokens", "max_itl_s",
-                  "predicted_output_tokens", "app")
+                  "predicted_output_tokens", "app", "requested_output_tokens", "finish_reason",
+                  "reason", "reason_detail")
+# finish_reason: stop | length (output cut at max_model_len) | rejected | failed; reason: a code
+# of sim.request (why it was rejected, failed or cut; "" when it ran as asked), reason_detail:
+# the same with its values
 PERCENTILES = (50, 90, 99)
 
 
@@ -47,6 +51,10 @@ def request_records(requests: Sequence[Request]) -> pd.DataFrame:
         "num_draft_tokens": [r.num_draft_tokens for r in requests],
         "num_accepted_tokens": [r.num_accepted_tokens for r in requests],
         "num_cached_tokens": [r.num_cached_tokens for r in requests],
+        "requested_output_tokens": [r.requested_output_tokens for r in requests],
+        "finish_reason": [r.finish_reason for r in requests],
+        "reason": [r.reason for r in requests],
+        "reason_detail": [r.reason_detail for r in requests],
     })
     df["e2e_s"] = df["finish_s"] - df["arrival_s"]
     df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
@@ -89,6 +97,7 @@ def summarize(records: pd.DataFrame, recorder: Recorder,
         "num_requests": len(records), "completed": len(done),
         "rejected": int((records["status"] == "rejected").sum()),
         "failed": int((records["status"] == "failed").sum()),
+        "num_length_capped": int((records["finish_reason"] == "length").sum()),
         "num_oom_events": recorder.num_oom_events,
         "num_preemptions": int(records["num_preemptions"].sum()),
         "duration_s": duration,
@@ -111,7 +120,14 @@ def summarize(records: pd.DataFrame, recorder: Recorder,
     out.update(_instance_summary(stats, duration))
     out.update(_speculative_summary(records))
     out["prefix_hit_rate"] = prefix_hit_rate(records)
+    out.update(reason_counts(records))
     return out
+
+
+def reason_counts(records: pd.DataFrame) -> dict[str, int]:
+    """`reason_<code>`: requests rejected, failed or cut for each reason code (sim.request)."""
+    codes = records.loc[records["reason"] != "", "reason"]
+    return {f"reason_{code}": int(n) for code, n in codes.value_counts(sort=False).items()}
 
 
 def prefix_hit_rate(records: pd.DataFrame) -> float:

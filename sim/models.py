@@ -1,18 +1,20 @@
 """Transformer shapes (no weights): enough to count parameters, FLOPs and KV-cache bytes.
 
 Built-in shapes come from the models' public config.json files. `model_from_hf_config` reads
-a local config.json (through transformers.AutoConfig when it is installed, plain JSON otherwise).
+a local config.json (`sim/hf_config.py`: plain JSON, or transformers.AutoConfig without remote
+code) and refuses models a ModelSpec cannot represent (MoE, MLA, sliding window, ...).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from sim.errors import ConfigError, check_positive
+from sim.hf_config import CONTEXT_KEYS, FIELD as HF_FIELD, check_representable, read_config
+from sim.jsonfile import int_value
 
 # HF model types whose MLP is gated (SwiGLU / GeGLU: gate, up and down matrices).
 GATED_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen", "qwen2", "qwen3",
@@ -98,6 +100,9 @@ _BUILTIN = (
     ModelSpec("llama-2-13b", 40, 5120, 40, 40, 128, 13824, 32000, max_position_embeddings=4096),
     ModelSpec("llama-2-70b", 80, 8192, 64, 8, 128, 28672, 32000, max_position_embeddings=4096),
     ModelSpec("llama-3-8b", 32, 4096, 32, 8, 128, 14336, 128256, max_position_embeddings=8192),
+    # Llama-3.1-8B: Llama-3-8B's shapes with a 128k context (RoPE scaling; long-prompt traces)
+    ModelSpec("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256,
+              max_position_embeddings=131072),
     # Qwen(1)-7B's config.json says intermediate_size=22016: the sum of its two MLP inputs.
     ModelSpec("qwen-7b", 32, 4096, 32, 32, 128, 11008, 151936, max_position_embeddings=8192),
     ModelSpec("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, max_position_embeddings=32768),
@@ -119,7 +124,9 @@ _ALIASES: Mapping[str, str] = MappingProxyType({
     "llama3-8b": "llama-3-8b", "meta-llama/meta-llama-3-8b": "llama-3-8b",
     "meta-llama/meta-llama-3-8b-instruct": "llama-3-8b",
     "qwen/qwen-7b": "qwen-7b", "qwen/qwen-7b-chat": "qwen-7b",
-    "mistralai/mistral-7b-v0.1": "mistral-7b", "mistralai/mistral-7b-instruct-v0.2": "mistral-7b",
+    # v0.2 only: Mistral-7B-v0.1 attends over a 4,096-token sliding window, which a ModelSpec
+    # cannot represent (its config.json is refused, see sim/hf_config.py)
+    "mistralai/mistral-7b-instruct-v0.2": "mistral-7b",
     "jackfram/llama-68m": "llama-68m",
     "tinyllama/tinyllama-1.1b-chat-v1.0": "tinyllama-1.1b", "tinyllama-1.1b-chat": "tinyllama-1.1b",
 })
@@ -140,56 +147,43 @@ def get_model(name: str) -> ModelSpec:
     return spec
 
 
-def _read_config(config_dir: Path) -> dict[str, Any]:
-    """The config as a dict: via transformers.AutoConfig if importable, else plain JSON."""
-    try:
-        from transformers import AutoConfig  # lazy: heavy import, optional dependency
-    except ImportError:
-        AutoConfig = None
-    if AutoConfig is not None:
-        try:
-            return AutoConfig.from_pretrained(str(config_dir), local_files_only=True).to_dict()
-        except (ValueError, KeyError, OSError, TypeError):
-            pass  # unknown model_type (e.g. remote code): the raw JSON still has the shape
-    with open(config_dir / "config.json", encoding="utf-8") as f:
-        return json.load(f)
+def _int(cfg: Mapping[str, Any], keys: tuple[str, ...], default: int | None = None) -> int:
+    """The first of `keys` set in `cfg` as an int; ConfigError naming the key otherwise."""
+    key = next((k for k in keys if cfg.get(k) is not None), None)
+    if key is None:
+        if default is None:
+            raise ConfigError(f"{HF_FIELD}.{keys[0]}", None, f"missing (also looked for "
+                              f"{', '.join(keys[1:]) or 'no other key'})")
+        return default
+    return int_value(cfg[key], f"{HF_FIELD}.{key}")
 
 
-def _first(cfg: Mapping[str, Any], keys: tuple[str, ...], default: Any = None) -> Any:
-    for key in keys:
-        if cfg.get(key) is not None:
-            return cfg[key]
-    return default
-
-
-def model_from_config_dict(cfg: Mapping[str, Any], name: str) -> ModelSpec:
-    """Map an HF config dict (Llama, Mistral, Qwen, Qwen2, ChatGLM, GPT-style) to a ModelSpec."""
+def model_from_config_dict(cfg: Mapping[str, Any], name: str,
+                           source: str | None = None) -> ModelSpec:
+    """Map an HF config dict (Llama, Mistral, Qwen, Qwen2, ChatGLM, GPT-style) to a ModelSpec;
+    a config the spec cannot represent (MoE, MLA, sliding window, ...) is a ConfigError."""
+    check_representable(cfg, source or name)
     model_type = str(cfg.get("model_type", "")).lower()
-    hidden = _first(cfg, ("hidden_size", "n_embd", "d_model"))
-    heads = _first(cfg, ("num_attention_heads", "n_head"))
-    layers = _first(cfg, ("num_hidden_layers", "num_layers", "n_layer"))
-    if hidden is None or heads is None or layers is None:
-        raise ConfigError("config", name, "needs hidden_size, num_attention_heads and layers")
-    kv_heads = _first(cfg, ("num_key_value_heads",), heads)
+    hidden = _int(cfg, ("hidden_size", "n_embd", "d_model"))
+    heads = _int(cfg, ("num_attention_heads", "n_head"))
+    layers = _int(cfg, ("num_hidden_layers", "num_layers", "n_layer"))
+    kv_heads = _int(cfg, ("num_key_value_heads",), heads)
     if cfg.get("multi_query_attention") and cfg.get("multi_query_group_num"):
-        kv_heads = cfg["multi_query_group_num"]  # ChatGLM2/3 style GQA
-    head_dim = _first(cfg, ("head_dim", "kv_channels"), hidden // heads)
-    inter = _first(cfg, ("intermediate_size", "ffn_hidden_size", "inner_hidden_size", "n_inner"),
-                   4 * hidden)
+        kv_heads = _int(cfg, ("multi_query_group_num",))  # ChatGLM2/3 style GQA
+    head_dim = _int(cfg, ("head_dim", "kv_channels"), hidden // heads if heads > 0 else 0)
+    inter = _int(cfg, ("intermediate_size", "ffn_hidden_size", "inner_hidden_size", "n_inner",
+                       "ffn_dim"), 4 * hidden)
     gated = model_type in GATED_MODEL_TYPES or str(cfg.get("hidden_act", "")).lower() in GATED_ACTS
     gated = gated or (model_type == "chatglm" and "ffn_hidden_size" in cfg)  # ChatGLM2/3: SwiGLU
     if model_type == "qwen":
         inter //= 2  # Qwen(1) stores the sum of the two gated-MLP input widths
     return ModelSpec(
-        name=name, num_layers=int(layers), hidden_size=int(hidden),
-        num_attention_heads=int(heads), num_kv_heads=int(kv_heads), head_dim=int(head_dim),
-        intermediate_size=int(inter),
-        vocab_size=int(_first(cfg, ("padded_vocab_size", "vocab_size"))),
-        gated_mlp=gated,
+        name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+        num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=inter,
+        vocab_size=_int(cfg, ("padded_vocab_size", "vocab_size")), gated_mlp=gated,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings",
                                          model_type not in UNTIED_MODEL_TYPES)),
-        max_position_embeddings=int(_first(cfg, ("max_position_embeddings", "seq_length",
-                                                  "n_positions", "max_sequence_length"), 2048)),
+        max_position_embeddings=_int(cfg, CONTEXT_KEYS),
     )
 
 
@@ -199,7 +193,8 @@ def model_from_hf_config(path_or_dir: str | Path) -> ModelSpec:
     config_dir = path.parent if path.is_file() else path
     if not (config_dir / "config.json").is_file():
         raise ConfigError("model", str(path_or_dir), "no config.json found there")
-    return model_from_config_dict(_read_config(config_dir), config_dir.name)
+    return model_from_config_dict(read_config(config_dir), config_dir.name,
+                                  str(config_dir / "config.json"))
 
 
 def resolve_model(name_or_path: str | Path) -> ModelSpec:

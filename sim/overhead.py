@@ -16,7 +16,6 @@ decode runs stays exact. A cluster names it as `scheduling_overhead:` (see `buil
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 
 from sim.errors import ConfigError
 from sim.executor import Executor, Step, StepResult, modelled_result
+from sim.jsonfile import read_json_object
 
 MODES = ("serial", "async")  # CPU before GPU | CPU overlapped with the previous iteration
 WHERE = "cluster.scheduling_overhead"
@@ -127,19 +127,25 @@ def build_overhead(raw: Mapping[str, Any] | None, backend: str = "sim"
 
 
 def calibrated_overhead(path: object) -> dict[str, float]:
-    """fixed_s / per_request_s / per_token_s from a calibration file's `scheduling_overhead`."""
+    """fixed_s / per_request_s / per_token_s from a calibration file's `scheduling_overhead`
+    (JSON read as data: a missing, binary or malformed file is a ConfigError naming it)."""
     where = f"{WHERE}.calibration"
-    if not isinstance(path, (str, Path)) or not Path(path).is_file():
-        raise ConfigError(where, path, "not a calibration file")
-    try:
-        section = json.loads(Path(path).read_text(encoding="utf-8")).get("scheduling_overhead")
-    except (ValueError, AttributeError) as exc:
-        raise ConfigError(where, path, f"not a JSON calibration: {exc}") from None
+    if not isinstance(path, (str, Path)):
+        raise ConfigError(where, path, "not a calibration file: must be a path")
+    data = read_json_object(path, where, "calibration file")
+    section = data.get("scheduling_overhead")
     if not isinstance(section, Mapping):
         raise ConfigError(where, path, "has no scheduling_overhead section (fit one with "
                                        "python -m real.calibrate --scheduling STEPS.parquet)")
-    return {k: float(section[k]) for k in ("fixed_s", "per_request_s", "per_token_s")
-            if k in section}
+    out = {}
+    for key in ("fixed_s", "per_request_s", "per_token_s"):
+        value = section.get(key)
+        if key in section and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{where}.scheduling_overhead.{key}", value,
+                              f"must be a number of seconds (in {path})")
+        if key in section:
+            out[key] = float(value)
+    return out
 
 
 def overhead_kwargs(cluster: Any) -> dict[str, SchedulingOverhead]:

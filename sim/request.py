@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 NAN = math.nan
+MAX_ARRIVAL_S = 1e9  # seconds: beyond, float64 arrival times lose sub-microsecond resolution
 
 
 class RequestStatus(enum.Enum):
@@ -27,6 +28,16 @@ class RequestStatus(enum.Enum):
     FINISHED = "finished"  # generated all its output tokens
     REJECTED = "rejected"  # can never be served (e.g. prompt larger than KV memory)
     FAILED = "failed"  # its batch ran out of memory and the policy gave it up
+
+
+# Why a request did not run as its trace asked: `Request.reason` holds one of these codes (its
+# `reason_detail` the values), and every table counts requests per code.
+PROMPT_TOO_LONG = "prompt_too_long"  # prompt_tokens > max_model_len: rejected (vLLM does)
+LENGTH_CAPPED = "max_model_len"  # prompt + output > max_model_len: output cut (finish "length")
+EXCEEDS_KV = "exceeds_kv_capacity"  # needs more KV than any instance has: rejected
+EXCEEDS_BATCH_TOKENS = "exceeds_max_num_batched_tokens"  # prompt over a step's token budget
+EXCEEDS_MAX_TOKENS = "exceeds_max_tokens"  # output over a policy's max_tokens reservation
+OUT_OF_MEMORY = "out_of_memory"  # ran out of KV memory while running: failed
 
 
 class GapRecorder(Protocol):
@@ -40,7 +51,7 @@ class Request:
     request_id: int  # id assigned by the simulation (row order of the trace)
     arrival_s: float  # seconds since the start of the trace
     num_prompt_tokens: int  # tokens
-    target_output_tokens: int  # tokens the request generates (the trace's output length)
+    target_output_tokens: int  # tokens the request generates (trace's, cut at max_model_len)
     text: str | None = None  # prompt text, when the workload has it
     app: str | None = None  # application / task name
     session_id: str | None = None  # conversation id for multi-turn workloads
@@ -67,6 +78,9 @@ class Request:
     num_draft_tokens: int = 0  # tokens a draft model proposed for it
     num_accepted_tokens: int = 0  # proposed tokens the target accepted
     extra: dict[str, object] = field(default_factory=dict)  # policy-specific annotations
+    requested_output_tokens: int = 0  # tokens the trace asked for (0: target_output_tokens)
+    reason: str = ""  # code of why it was rejected, failed or cut ("" when it ran as asked)
+    reason_detail: str = ""  # the reason with its values, for people
 
     def __post_init__(self) -> None:
         if self.num_prompt_tokens < 1:
@@ -75,6 +89,8 @@ class Request:
         if self.target_output_tokens < 1:
             raise ValueError(f"request {self.request_id}: target_output_tokens="
                              f"{self.target_output_tokens} must be >= 1")
+        if self.requested_output_tokens == 0:
+            self.requested_output_tokens = self.target_output_tokens
 
     # ---- derived counters -------------------------------------------------------------
     @property
@@ -144,15 +160,44 @@ class Request:
         self.num_preemptions += 1
         self.status = RequestStatus.WAITING
 
-    def reject(self, now: float, reason: str) -> None:
+    def reject(self, now: float, detail: str, code: str = EXCEEDS_KV) -> None:
+        """It can never be served: final, with a reason `code` and its `detail`."""
         self.status = RequestStatus.REJECTED
         self.finish_s = now
-        self.extra["reject_reason"] = reason
+        self.reason, self.reason_detail = code, detail
 
-    def fail(self, now: float, reason: str) -> None:
+    def fail(self, now: float, detail: str, code: str = OUT_OF_MEMORY) -> None:
+        """It was given up while running: final, with a reason `code` and its `detail`."""
         self.status = RequestStatus.FAILED
         self.finish_s = now
-        self.extra["fail_reason"] = reason
+        self.reason, self.reason_detail = code, detail
+
+    def apply_max_model_len(self, max_model_len: int, now: float) -> bool:
+        """Enforce the model's context as vLLM does: reject a prompt longer than it (returns
+        False), else stop generation when prompt + outputs reach it (finish reason `length`;
+        a prompt of exactly `max_model_len` tokens still samples one token)."""
+        prompt = self.num_prompt_tokens
+        if prompt > max_model_len:
+            self.reject(now, f"prompt_tokens={prompt} > max_model_len={max_model_len}",
+                        PROMPT_TOO_LONG)
+            return False
+        allowed = max(1, max_model_len - prompt)
+        if self.target_output_tokens > allowed:
+            self.reason, self.reason_detail = LENGTH_CAPPED, (
+                f"prompt_tokens={prompt} + output_tokens={self.target_output_tokens} > "
+                f"max_model_len={max_model_len}: output cut to {allowed}")
+            self.target_output_tokens = allowed
+        return True
+
+    @property
+    def finish_reason(self) -> str:
+        """vLLM's finish reason once final: stop | length (cut at max_model_len) | rejected |
+        failed; "" while it runs."""
+        if self.status is RequestStatus.FINISHED:
+            return "length" if self.target_output_tokens < self.requested_output_tokens else "stop"
+        if self.status in (RequestStatus.REJECTED, RequestStatus.FAILED):
+            return self.status.value
+        return ""
 
 
 def emit_batch(requests: list[Request], start_s: float, ends_s: np.ndarray,
@@ -241,6 +286,11 @@ def requests_from_trace(trace: "pd.DataFrame") -> list[Request]:
     """Requests for every row of a trace DataFrame (schema of `traces.schema`); ids = row order."""
     cols = trace.columns
     arrival = trace["arrival_s"].to_numpy(dtype=np.float64)
+    if len(arrival) and not float(np.max(np.abs(arrival))) <= MAX_ARRIVAL_S:
+        row = int(np.argmax(~(np.abs(arrival) <= MAX_ARRIVAL_S)))
+        raise ValueError(f"trace row {row}: arrival_s={float(arrival[row])!r} is not a time in seconds "
+                         f"from the trace's start within {MAX_ARRIVAL_S:g} s (float64 keeps "
+                         f"microseconds only there): shift arrivals so the trace starts at 0")
     prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
     output = trace["output_tokens"].to_numpy(dtype=np.int64)
     text = trace["text"].tolist() if "text" in cols else None

@@ -9,6 +9,7 @@ import pandas as pd
 
 from sim.engine import InstanceStats, Simulation
 from sim.executor import Executor, InstanceInfo
+from sim.limits import resolve_max_model_len
 from sim.metrics import instance_frame, request_records, summarize
 from sim.overhead import SchedulingOverhead
 from sim.recorder import Recorder
@@ -29,18 +30,23 @@ class RunResult:
 def simulate(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, Any] | None,
              executors: Sequence[Executor], *, seed: int = 0,
              on_done: Callable[[int], None] | None = None,
-             overhead: SchedulingOverhead | None = None) -> RunResult:
+             overhead: SchedulingOverhead | None = None,
+             max_model_len: int | None = None) -> RunResult:
     """Replay `trace` through policy `policy_name` on one executor per instance, with the
-    scheduler CPU time `overhead` models (sim.overhead) before each iteration, if given."""
+    scheduler CPU time `overhead` models (sim.overhead) before each iteration, if given.
+    Prompts longer than `max_model_len` (default: the model's context) are rejected and
+    outputs cut where prompt + output reach it (sim/limits.py)."""
     from policies.registry import build_policy
 
+    limit = resolve_max_model_len(executors, max_model_len)
     requests = requests_from_trace(trace)
     recorder = Recorder()
     infos = [InstanceInfo(i, ex.kv_capacity_tokens, getattr(ex, "name", ""),
                           getattr(ex, "has_draft", False)) for i, ex in enumerate(executors)]
     policy = build_policy(policy_name, policy_params, infos, recorder, seed)
     stats: list[InstanceStats] = Simulation(requests, policy, executors, recorder,
-                                            on_done=on_done, overhead=overhead).run()
+                                            on_done=on_done, overhead=overhead,
+                                            max_model_len=limit).run()
     records = request_records(requests)
     summary = summarize(records, recorder, stats)
     return RunResult(records, recorder.steps_frame(),

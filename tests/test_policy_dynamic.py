@@ -101,6 +101,18 @@ def test_invariants_hold(params):
         check_invariants(trace, "dynamic", [LinearExecutor(capacity=800)] * 2, params)
 
 
+@pytest.mark.parametrize("on_oom", ["split", "fail"])
+def test_invariants_hold_through_oom(on_oom):
+    # 400 KV tokens: batches of 4 prompts up to 200 tokens run out of memory, some on the padded
+    # prefill itself; computed tokens must still equal useful + padding + recomputed
+    params = {"batch_size": 4, "max_batch_delay_ms": 30, "on_oom": on_oom}
+    trace = random_trace(np.random.default_rng(0), 30, rate=10.0)
+    ex = LinearExecutor(capacity=400)
+    oom = simulate(trace, "dynamic", params, [ex]).steps.query("oom")
+    assert (oom["num_iterations"] > 0).any() and (oom["num_iterations"] == 0).any()
+    check_invariants(trace, "dynamic", [ex], params)
+
+
 def test_config_is_validated():
     for bad in ({"batch_size": 0}, {"max_batch_delay_ms": -1.0},
                 {"max_batch_delay_ms": math.inf}, {"on_oom": "retry"}):

@@ -272,3 +272,38 @@ def test_prefix_caching_combines_with_speculative_decoding(policy):
     second = first_step_after(res.steps, 5.0)  # the full hit prefills one token, no verify
     assert second["num_new_tokens"] < 4 + 48 and second["num_context_tokens"] >= 31
     assert (rec["num_spec_steps"] > 0).all() and res.summary["spec_verify_steps"] > 0
+
+
+# ---- key collisions (issue 13: CPython's hash(-1) == hash(-2)) -----------------------------------
+def test_ids_minus_one_and_minus_two_get_different_keys():
+    assert block_keys((-1,), 16, 16, 16, 16) != block_keys((-2,), 16, 16, 16, 16)
+    assert block_keys((5, -1), 16, 16, 32, 32)[1] != block_keys((5, -2), 16, 16, 32, 32)[1]
+    big = 2**70  # beyond int64: still a distinct, deterministic key
+    assert block_keys((big,), 16, 16, 16, 16) != block_keys((big + 1,), 16, 16, 16, 16)
+
+
+def test_keys_are_the_same_in_every_process():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = "from sim.prefix_keys import block_keys; print(block_keys((-1, 7, 2**70), 8, 8, 24, 24))"
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, cwd=root,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+            for seed in ("1", "2")}
+    assert runs == {f"{block_keys((-1, 7, 2**70), 8, 8, 24, 24)}\n"}
+
+
+def test_swapped_negative_ids_hit_nothing():
+    ex = LinearExecutor(capacity=4000)
+    ids_a = (-1, -2) + tuple(range(-3, -49, -1))  # 48 granules of 16 tokens = 768 tokens
+    ids_b = (-2, -1) + ids_a[2:]
+    df = make_trace([(0.0, 768, 1), (5.0, 768, 1)])
+    df["block_ids"] = [ids_a, ids_b]
+    df["block_tokens"] = 16
+    res = simulate(df, "vllm", CACHING, [ex])
+    assert res.records["num_cached_tokens"].tolist() == [0, 0]
+    assert res.summary["prefix_hit_rate"] == 0

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from real.fit import fit_learned, fit_roofline, roofline_times
+from real.fit import export_trees, fit_learned, fit_roofline, roofline_times
 from sim.calibrated import (FEATURES, CalibratedExecutor, RooflineTimes, load_calibrated_executor,
                             step_features)
 from sim.cluster import ClusterSpec, build_executors
@@ -17,6 +17,7 @@ from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
 from sim.errors import ConfigError
 from sim.executor import Step
 from sim.hardware import GPUSpec
+from sim.learned_trees import ensemble_from_dict
 from sim.models import get_model
 from sim.simulate import simulate
 from tests.factories import make_trace
@@ -76,11 +77,9 @@ def write_calibration(tmp_path, config: CostModelConfig = TRUE, learned: bool = 
             "block_size": 16, "roofline": dataclasses.asdict(config), "learned": None,
             "fit": {}}
     if learned:
-        import joblib
-
         regressor, _ = fit_learned(synthetic_profile(), RooflineCostModel(deployment(), config))
-        joblib.dump(regressor, tmp_path / "cal.learned.joblib")
-        data["learned"] = {"path": "cal.learned.joblib"}
+        (tmp_path / "cal.learned.json").write_text(json.dumps(export_trees(regressor)))
+        data["learned"] = {"path": "cal.learned.json", "features": list(FEATURES)}
     path = tmp_path / "cal.json"
     path.write_text(json.dumps(data))
     return str(path)
@@ -134,3 +133,28 @@ def test_cluster_loads_a_calibration_by_name(tmp_path):
         build_executors(ClusterSpec(cost_model={"calibration": path, "kind": "learned"}))
     with pytest.raises(ConfigError):
         ClusterSpec(backend="gpu")
+
+
+def test_json_trees_predict_exactly_what_sklearn_predicts():
+    """The learned model is stored as plain JSON arrays; its numpy evaluator reproduces
+    scikit-learn's predict (inputs rounded to float32 as sklearn does) on random inputs."""
+    model = RooflineCostModel(deployment(), TRUE)
+    profile = synthetic_profile()
+    profile["seconds"] *= np.where(profile["num_seqs"] > 8, 1.5, 0.8)
+    regressor, _ = fit_learned(profile, model)
+    trees = ensemble_from_dict(json.loads(json.dumps(export_trees(regressor))), "learned")
+    rng = np.random.default_rng(1)
+    base = model_inputs_of(profile, model)
+    lo, hi = base.min(axis=0) - 1, base.max(axis=0) + 1
+    for x in (base, rng.uniform(lo, hi, size=(2000, base.shape[1])),
+              rng.normal(0, 50, size=(500, base.shape[1]))):
+        np.testing.assert_allclose(trees.predict(x), regressor.predict(x), rtol=0, atol=1e-9)
+    with pytest.raises(ValueError, match="12 inputs"):
+        trees.predict(np.zeros((3, 5)))
+
+
+def model_inputs_of(profile: pd.DataFrame, model: RooflineCostModel) -> np.ndarray:
+    from sim.calibrated import model_inputs
+
+    return model_inputs(profile[list(FEATURES)].to_numpy(dtype=np.float64),
+                        roofline_times(model, profile))

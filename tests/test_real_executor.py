@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -12,9 +13,11 @@ torch = pytest.importorskip("torch")
 from policies.registry import policy_names  # noqa: E402
 from real.executor import TorchExecutor  # noqa: E402
 from real.replay import replay  # noqa: E402
+from real.timing import CPU_CLOCKS  # noqa: E402
 from sim.calibrated import CalibratedExecutor  # noqa: E402
 from sim.executor import Executor, Step  # noqa: E402
-from tests.factories import make_trace, random_trace  # noqa: E402
+from sim.simulate import simulate  # noqa: E402
+from tests.factories import LinearExecutor, make_trace, random_trace  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -42,17 +45,22 @@ def test_multi_iteration_step_equals_single_iterations():
         assert many.cache.num_tokens(rid) == n + 5  # the last sampled token is not fed back
 
 
-def test_until_s_cuts_after_the_first_iteration_reaching_it(engine):
+def test_until_s_cuts_after_the_first_iteration_reaching_it(engine, monkeypatch):
+    # a fake CPU clock that advances 1 s per reading (start, then one mark per iteration): the
+    # j-th iteration ends at j s, so the cut does not depend on how fast this machine is
+    ticks = itertools.count()
+    monkeypatch.setitem(CPU_CLOCKS, engine.cpu_clock, lambda: float(next(ticks)))
     engine.reset()
     first = engine.execute(Step(0, (1,), (8,), (0,), (True,), num_iterations=20), until_s=0.0)
-    assert first.num_iterations == 1
+    assert first.num_iterations == 1 and engine.cache.num_tokens(1) == 8
     full = engine.execute(Step(0, (1,), (1,), (8,), (True,), num_iterations=20))
-    assert full.num_iterations == 20
-    until = float(full.iteration_ends_s[4])  # a time some 5 iterations in
-    cut = engine.execute(Step(0, (1,), (1,), (28,), (True,), num_iterations=20), until_s=until)
-    ends = cut.iteration_ends_s
-    assert ends[-1] >= until and (len(ends) == 1 or ends[-2] < until)
-    assert cut.num_iterations < 20 and engine.cache.num_tokens(1) == 28 + cut.num_iterations
+    assert full.num_iterations == 20 and full.iteration_ends_s.tolist() == list(range(1, 21))
+    cut = engine.execute(Step(0, (1,), (1,), (28,), (True,), num_iterations=20), until_s=4.5)
+    assert cut.iteration_ends_s.tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]  # first end >= 4.5
+    assert cut.duration_s == 5.0 and not cut.oom
+    exact = engine.execute(Step(0, (1,), (1,), (33,), (True,), num_iterations=20), until_s=3.0)
+    assert exact.num_iterations == 3  # an end exactly at until_s stops the step
+    assert engine.cache.num_tokens(1) == 28 + 5 + 3
     engine.check()
 
 
@@ -99,12 +107,14 @@ def test_release_wrapper_frees_finished_requests(engine):
         def reset(self):
             self.inner.reset()
 
-    trace = make_trace([(0.0, 40, 3), (0.0, 30, 12), (0.5, 20, 4)])
-    res = replay(trace, "orca", {"max_tokens": 64}, [Recording(engine)])
+    # all at t = 0 and at most two running: 0 and 1 start, 2 takes 0's slot after its 3 tokens
+    # and runs alone after 1's 5 tokens; no arrival is left, so no measured time changes a step
+    trace = make_trace([(0.0, 40, 3), (0.0, 30, 5), (0.0, 20, 12)])
+    res = replay(trace, "orca", {"max_tokens": 64, "max_batch_size": 2}, [Recording(engine)])
     assert res.summary["completed"] == 3
     freed = [rid for step in seen for rid in step.freed_request_ids]
-    assert 0 in freed and 1 in freed  # request 2 finishes last: nothing runs after it
-    assert engine.cache.has(2) and not engine.cache.has(0)
+    assert freed == [0, 1]  # request 2 finishes last: nothing runs after it
+    assert engine.cache.has(2) and not engine.cache.has(0) and not engine.cache.has(1)
 
 
 @pytest.mark.parametrize("policy,params", [
@@ -124,23 +134,57 @@ def test_replay_serves_every_request_exactly(engine, policy, params):
     engine.check()
 
 
-def test_oom_recovery_policy_works_on_the_real_engine():
+def token_identity(res) -> tuple[int, int]:
+    """(computed tokens of all steps, useful + padding + recomputed tokens)."""
+    rec = res.records
+    done = rec[rec["status"] == "finished"]
+    useful = int((done["prompt_tokens"] + done["output_tokens"] - 1).sum())
+    extra = int(rec["num_padding_tokens"].sum() + rec["num_recomputed_tokens"].sum())
+    return int(res.steps["num_computed_tokens"].sum()), useful + extra
+
+
+@pytest.mark.parametrize("rows,oom_iterations,recomputed", [
+    # 32 blocks of 16: four prompts padded to 100 hold 28; at 129 tokens each needs 9 blocks,
+    # so the batch runs out at iteration 30 after 29 complete (100 + 28 tokens each)
+    ([(0.0, 100, 120), (0.0, 100, 10), (0.0, 60, 30), (0.0, 90, 20)], 29, 128),
+    # four prompts padded to 200 need 52 blocks: the padded prefill itself runs out
+    ([(0.0, 200, 5), (0.0, 20, 5), (0.0, 20, 5), (0.0, 20, 5)], 0, 0),
+])
+def test_oom_recovery_policy_works_on_the_real_engine(rows, oom_iterations, recomputed):
     ex = TorchExecutor("tiny", "cpu", kv_tokens=512, block_size=16, warmup_iterations=0,
                        num_threads=1)
-    trace = make_trace([(0.0, 100, 120), (0.0, 100, 10), (0.0, 60, 30), (0.0, 90, 20)])
-    res = replay(trace, "vanilla", {"batch_size": 4, "on_oom": "split"}, [ex])
-    assert res.summary["num_oom_events"] >= 1
-    assert res.summary["completed"] == 4 and res.summary["num_recomputed_tokens"] > 0
+    res = replay(make_trace(rows), "vanilla", {"batch_size": 4, "on_oom": "split"}, [ex])
+    assert res.summary["num_oom_events"] == 1
+    assert res.steps.loc[res.steps["oom"], "num_iterations"].tolist() == [oom_iterations]
+    assert res.summary["completed"] == 4
+    assert (res.records["num_recomputed_tokens"] == recomputed).all()
+    computed, accounted = token_identity(res)
+    assert computed == accounted
     ex.check()
 
 
 @pytest.mark.skipif("vllm" not in policy_names(), reason="needs the vllm policy")
 def test_preempting_policy_recomputes_on_the_real_engine():
+    # 20 blocks of 16 tokens. Every request arrives at t = 0, so no step depends on measured
+    # time. vLLM admits the first two prompts (7 blocks each; a third does not fit); each needs
+    # 14 blocks by its last token (100 + 120 - 1), so at 160 tokens each the two hold all 20
+    # blocks before either can finish, and the later one is preempted: unavoidable.
     ex = TorchExecutor("tiny", "cpu", kv_tokens=320, block_size=16, warmup_iterations=0,
                        num_threads=1)
-    trace = random_trace(np.random.default_rng(4), 12, rate=100.0, max_prompt=60, max_output=60)
-    res = replay(trace, "vllm", {}, [ex])
-    done = res.records[res.records["status"] == "finished"]
-    assert (done["output_tokens"] == done["target_output_tokens"]).all()
-    assert res.summary["num_preemptions"] > 0
+    trace = make_trace([(0.0, 100, 120)] * 3 + [(0.0, 30, 40)])
+    res = replay(trace, "vllm", {"block_size": 16}, [ex])
+    rec = res.records
+    assert (rec["status"] == "finished").all()
+    assert (rec["output_tokens"] == rec["target_output_tokens"]).all()
+    assert res.summary["num_preemptions"] >= 1
+    assert rec.loc[1, "num_preemptions"] >= 1
+    assert rec.loc[1, "num_recomputed_tokens"] == 160  # the 160 tokens it held when preempted
+    computed, accounted = token_identity(res)
+    assert computed == accounted
+    # with no arrival left, the policy's decisions do not depend on time: the simulator with
+    # any cost model makes the same ones
+    sim = simulate(trace, "vllm", {"block_size": 16}, [LinearExecutor(capacity=320)])
+    for col in ("num_preemptions", "num_recomputed_tokens", "instance_id"):
+        assert rec[col].tolist() == sim.records[col].tolist(), col
+    assert res.steps["num_computed_tokens"].tolist() == sim.steps["num_computed_tokens"].tolist()
     ex.check()

@@ -124,3 +124,93 @@ def test_ray_without_the_extra_is_a_clear_error(tmp_path, capsys, monkeypatch):
     assert sweep(tmp_path, tmp_path / "out", "--ray") == 2
     err = capsys.readouterr().err
     assert "--ray" in err and "pip install" in err
+
+
+# ---- the driver dies or is interrupted: its pool workers go with it ---------------------------
+DRIVER = """
+import os, sys, time
+import experiments.sweep as sweep
+from experiments.run import main
+
+real = sweep.simulate_run
+
+
+def gated(cfg, spec, on_done=None):  # runs at rate 4 wait (for a file that never appears)
+    give_up = time.monotonic() + 120  # so that a leaked worker ends some day
+    while spec.rate == 4 and time.monotonic() < give_up:
+        time.sleep(0.05)
+    return real(cfg, spec, on_done)
+
+
+sweep.simulate_run = gated
+sys.exit(main([sys.argv[1], "--out", sys.argv[2], "--no-progress", "--jobs", "2"]))
+"""
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found.update(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _wait_for(condition, what: str, deadline_s: float = 60.0) -> None:
+    import time
+    end = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < end, f"gave up waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+@pytest.mark.parametrize("signum, code", [("SIGKILL", -9), ("SIGTERM", 143), ("SIGINT", 130)])
+def test_workers_exit_with_the_driver_and_the_sweep_resumes(tmp_path, signum, code):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    out = tmp_path / "out"
+    driver = subprocess.Popen([sys.executable, str(script), str(write(tmp_path, TINY)), str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def blocked() -> bool:  # rate 1's four runs landed, both workers wait on rate 4
+            done = out / "summary.csv"
+            return (driver.poll() is None and done.is_file()
+                    and len(pd.read_csv(done)) == 4 and len(_children(driver.pid)) == 2)
+        _wait_for(blocked, "the first four runs")
+        workers = _children(driver.pid)
+        os.kill(driver.pid, getattr(signal, signum))
+        stdout, stderr = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    try:
+        _wait_for(lambda: not any(_alive(w) for w in workers), "the workers to exit", 20.0)
+    finally:
+        for worker in filter(_alive, workers):  # left running: the test failed; clean up
+            os.kill(worker, signal.SIGKILL)
+    assert driver.returncode == code, stderr
+    if signum != "SIGKILL":
+        assert "interrupted; finished runs are already written" in stderr
+        assert "Traceback" not in stderr
+    assert sweep(tmp_path, out) == 0  # resumes: only rate 4 runs
+    assert sweep(tmp_path, tmp_path / "whole") == 0
+    host = ["policy_host_s_per_step"]  # measured host time, not a simulated result
+    resumed = pd.read_csv(out / "summary.csv").drop(columns=host)
+    whole = pd.read_csv(tmp_path / "whole" / "summary.csv").drop(columns=host)
+    pd.testing.assert_frame_equal(resumed, whole)
+    assert not list((out / "runs").glob(".*"))

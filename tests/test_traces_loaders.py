@@ -142,12 +142,15 @@ def test_mooncake_bad_line(tmp_path: Path, bad: str, field: str | None) -> None:
 
 
 def test_generic_csv_roundtrip(tmp_path: Path) -> None:
-    path = write(tmp_path, "t.csv", "arrival_s,prompt_tokens,output_tokens,app,block_ids,x\n"
-                                    '0.5,10,2,chat,"[1, 2]",7\n1.5,3,4,,"[]",8\n')
+    path = write(tmp_path, "t.csv", "arrival_s,prompt_tokens,output_tokens,app,block_ids,"
+                                    "block_tokens,x\n"
+                                    '0.5,10,2,chat,"[1, 2]",16,7\n1.5,3,4,,"[]",16,8\n')
     df = load_csv(path)
     assert df["block_ids"].tolist() == [(1, 2), ()]
     assert df["app"].tolist() == ["chat", None]
-    assert df["x"].tolist() == [7, 8] and df["arrival_s"].iloc[0] == 0.5
+    assert df["x"].tolist() == [7, 8]
+    assert df["arrival_s"].tolist() == [0.0, 1.0]  # shifted to start at 0
+    assert df.attrs["arrival_origin"] == 0.5
 
 
 def test_generic_csv_bad_and_missing_column(tmp_path: Path) -> None:
@@ -162,9 +165,9 @@ def test_generic_csv_bad_and_missing_column(tmp_path: Path) -> None:
 
 def test_generic_jsonl_and_parquet(tmp_path: Path) -> None:
     rows = [{"arrival_s": 0.0, "prompt_tokens": 5, "output_tokens": 1, "text": "hi",
-             "block_ids": [4, 5]},
+             "block_ids": [4, 5], "block_tokens": 4},
             {"arrival_s": 2.0, "prompt_tokens": 6, "output_tokens": 2, "text": "yo",
-             "block_ids": [4]}]
+             "block_ids": [4], "block_tokens": 4}]
     path = write(tmp_path, "t.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     df = load_jsonl(path)
     assert df["text"].tolist() == ["hi", "yo"] and df["block_ids"].tolist() == [(4, 5), (4,)]

@@ -2,7 +2,10 @@
 
 Format: CSV `TIMESTAMP,ContextTokens,GeneratedTokens`, TIMESTAMP like
 `2023-11-16 18:17:03.9799600` (7 fractional digits). Arrivals become seconds after the earliest
-row (the first row, in the sorted public files). Errors name the file and its 1-based line
+row (the first row, in the sorted public files), computed in integer nanoseconds;
+`df.attrs["arrival_origin"]` keeps the earliest timestamp (ISO text). Timestamps with UTC offsets
+(`+00:00`, `-05:00`, `Z`) are converted to UTC, so mixed offsets are fine; naive timestamps mixed
+with offset ones are ambiguous and an error. Errors name the file and its 1-based line
 (header = line 1). Blank lines are skipped; a row with the wrong number of fields is an error.
 """
 
@@ -18,6 +21,7 @@ from sim.errors import TraceError
 from traces.columns import count_rows, is_missing, to_token_counts
 from traces.files import check_limit, existing_file, open_text
 from traces.schema import require_rows, validate_trace
+from traces.times import MAX_SPAN_S
 
 AZURE_COLUMNS: tuple[str, ...] = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
@@ -28,25 +32,29 @@ def load_azure(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
     check_limit(limit)
     source = str(path)
     raw, lines = read_raw(path, limit)
+    stamps = parse_timestamps(raw["TIMESTAMP"], source=source, lines=lines)
     df = pd.DataFrame({
-        "arrival_s": parse_timestamps(raw["TIMESTAMP"], source=source, lines=lines),
+        "arrival_s": seconds_after_first(stamps, raw["TIMESTAMP"], source=source, lines=lines),
         "prompt_tokens": to_token_counts(raw["ContextTokens"], source=source,
                                          field="ContextTokens", lines=lines),
         "output_tokens": to_token_counts(raw["GeneratedTokens"], source=source,
                                          field="GeneratedTokens", lines=lines),
     })
-    return require_rows(validate_trace(df, source, lines=lines), source)
+    out = require_rows(validate_trace(df, source, lines=lines), source)
+    out.attrs["arrival_origin"] = stamps.min().isoformat()
+    return out
 
 
 def read_raw(path: Path, limit: int | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """The Azure columns as strings, and each row's 1-based file line; blank lines skipped."""
     source = str(path)
-    with open_text(path) as fh:
+    with open_text(path, "azure") as fh:
         reader = csv.reader(fh)
         header = [c.strip() for c in next(reader, [])]
+        empty = "empty file: " if not header else ""
         for col in AZURE_COLUMNS:
             if col not in header:
-                raise TraceError(source, f"missing column {col!r} in header {header}",
+                raise TraceError(source, f"{empty}missing column {col!r} in header {header}",
                                  row=1, field=col)
         keep = [header.index(col) for col in AZURE_COLUMNS]
         cells: list[list[str]] = []
@@ -74,10 +82,15 @@ def _wrong_width(source: str, header: list[str], row: list[str], line: int) -> N
                      row=line, value=",".join(row)[:80])
 
 
-def parse_timestamps(values: pd.Series, *, source: str, lines: np.ndarray) -> np.ndarray:
-    """Seconds after the earliest timestamp; TraceError names the first unparsable cell."""
+def parse_timestamps(values: pd.Series, *, source: str, lines: np.ndarray) -> pd.Series:
+    """The timestamps (naive, or all converted to UTC); TraceError names the first unparsable
+    cell, or the first naive / offset cell that disagrees with the first row."""
     text = values.astype(object).map(lambda v: v.strip() if isinstance(v, str) else v)
-    stamps = pd.to_datetime(text, format="ISO8601", errors="coerce")
+    try:
+        stamps = pd.to_datetime(text, format="ISO8601", errors="coerce")
+    except ValueError:  # "Mixed timezones detected": several offsets, or naive and offsets
+        _check_one_kind(text, source=source, lines=lines)
+        stamps = pd.to_datetime(text, format="ISO8601", errors="coerce", utc=True)
     bad = np.flatnonzero(stamps.isna().to_numpy())
     if bad.size:
         i = int(bad[0])
@@ -85,6 +98,42 @@ def parse_timestamps(values: pd.Series, *, source: str, lines: np.ndarray) -> np
         reason = "missing value" if is_missing(value) else "not a timestamp"
         raise TraceError(source, f"{reason} at line {int(lines[i])} ({count_rows(bad.size)})",
                          row=int(lines[i]), field="TIMESTAMP", value=value)
+    return stamps
+
+
+def _check_one_kind(text: pd.Series, *, source: str, lines: np.ndarray) -> None:
+    """TraceError when naive timestamps and timestamps with a UTC offset are mixed."""
+    aware = [_has_offset(v) for v in text]
+    kinds = [a for a in aware if a is not None]
+    if not kinds or all(kinds) or not any(kinds):
+        return
+    first = kinds[0]
+    i = next(k for k, a in enumerate(aware) if a is not None and a != first)
+    has = "has a UTC offset" if aware[i] else "has no UTC offset"
+    raise TraceError(source, f"timestamp at line {int(lines[i])} {has}, unlike the first "
+                             f"row's: naive and offset timestamps mixed are ambiguous; give "
+                             f"every TIMESTAMP an offset, or none", row=int(lines[i]),
+                     field="TIMESTAMP", value=text.iloc[i])
+
+
+def _has_offset(value: object) -> bool | None:
+    """Whether a timestamp cell carries a UTC offset; None when it is not a timestamp."""
+    try:
+        return pd.Timestamp(value).tzinfo is not None
+    except (TypeError, ValueError):
+        return None
+
+
+def seconds_after_first(stamps: pd.Series, values: pd.Series, *, source: str,
+                        lines: np.ndarray) -> np.ndarray:
+    """Seconds after the earliest timestamp (exact integer differences, rounded once); a span
+    over MAX_SPAN_S is a TraceError naming the latest row."""
     if len(stamps) == 0:
         return np.empty(0, dtype=np.float64)
-    return ((stamps - stamps.min()).dt.total_seconds()).to_numpy(dtype=np.float64)
+    seconds = (stamps - stamps.min()).dt.total_seconds().to_numpy(dtype=np.float64)
+    i = int(np.argmax(seconds))
+    if seconds[i] > MAX_SPAN_S:
+        raise TraceError(source, f"timestamps span {seconds[i]:.6g} s, over {MAX_SPAN_S:g} s: "
+                                 f"float64 cannot resolve microseconds of simulated time",
+                         row=int(lines[i]), field="TIMESTAMP", value=values.iloc[i])
+    return seconds

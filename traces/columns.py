@@ -16,6 +16,8 @@ import pandas as pd
 from sim.errors import TraceError
 
 Lines = Sequence[int] | np.ndarray | None
+MAX_ARRIVAL_S = 1e9  # seconds (~32 years); beyond it float64 times lose microsecond resolution
+BLOCK_ID_RANGE = (-(2**63), 2**63 - 1)  # block ids are int64 (content hashes)
 
 
 def row_label(i: int, lines: Lines) -> int:
@@ -82,6 +84,8 @@ def _to_float(value: object) -> float:
         return math.nan
     try:
         return float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int too large for float64: reported as not finite
+        return math.inf
     except (TypeError, ValueError):
         return math.nan
 
@@ -96,9 +100,13 @@ def to_token_counts(values: pd.Series, *, source: str, field: str, lines: Lines)
 
 
 def to_seconds(values: pd.Series, *, source: str, field: str, lines: Lines) -> np.ndarray:
-    """float64 arrival times >= 0 (seconds); raises on negative or non-finite cells."""
+    """float64 arrival times in [0, MAX_ARRIVAL_S] (seconds); raises on negative, non-finite or
+    too large cells (the loaders shift files to start at 0, `traces.times`)."""
     nums = to_numeric(values, source=source, field=field, lines=lines)
     _fail(source, field, values, nums < 0, lines, "arrival time must be >= 0")
+    _fail(source, field, values, nums > MAX_ARRIVAL_S, lines,
+          f"arrival time over {MAX_ARRIVAL_S:g} s, where float64 cannot resolve microseconds; "
+          f"shift times so the trace starts at 0")
     return nums
 
 
@@ -111,11 +119,15 @@ def to_strings(values: pd.Series) -> pd.Series:
 def to_block_ids(values: pd.Series, *, source: str, field: str, lines: Lines) -> pd.Series:
     """object Series of tuple[int, ...]; accepts lists, tuples, arrays and JSON list strings."""
     out = []
+    low, high = BLOCK_ID_RANGE
     for i, v in enumerate(values):
         blocks = _as_int_tuple(v)
         if blocks is None:
             raise TraceError(source, f"expected a list of integer block ids "
                                      f"({where_text(i, lines)})",
+                             row=row_label(i, lines), field=field, value=plain(v))
+        if blocks and not low <= min(blocks) <= max(blocks) <= high:
+            raise TraceError(source, f"block ids must fit in int64 ({where_text(i, lines)})",
                              row=row_label(i, lines), field=field, value=plain(v))
         out.append(blocks)
     return pd.Series(out, index=values.index, dtype=object)

@@ -1,14 +1,47 @@
-"""Opening trace files: existence checks, the `limit` argument, JSON-lines reading."""
+"""Opening trace files: existence checks, the `limit` argument, text decoding, JSON-lines reading.
+
+Every text format is read through `open_text`, which looks at the bytes rather than the name:
+gzip (magic bytes 1f 8b) is decompressed whatever the suffix; a UTF-8 / UTF-16 / UTF-32 byte order
+mark picks that encoding (else UTF-8); a file with NUL bytes in its first block and no BOM is
+binary. A binary file, bytes that are not valid text, or a corrupt gzip stream raise `TraceError`
+naming the file and the format being read, never a UnicodeDecodeError traceback.
+"""
 
 from __future__ import annotations
 
+import codecs
 import gzip
+import io
 import json
+import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, BinaryIO
 
 from sim.errors import ConfigError, TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"  # first two bytes of every gzip stream
+SNIFF_BYTES = 8192  # bytes of (decompressed) content inspected for a BOM and NUL bytes
+_BOMS: tuple[tuple[bytes, str], ...] = (  # longest first: the UTF-32 LE BOM starts like UTF-16's
+    (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+class ExactFloat(float):
+    """A JSON number with a fraction or exponent: a float that keeps its decimal text, so
+    arrival times can be shifted to start at 0 before any rounding (`traces.times`)."""
+
+    __slots__ = ("text",)
+
+    def __new__(cls, text: str) -> "ExactFloat":
+        obj = super().__new__(cls, text)
+        obj.text = text  # the number as written in the file
+        return obj
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return ExactFloat, (self.text,)
 
 
 def existing_file(path: str | Path) -> Path:
@@ -27,17 +60,66 @@ def check_limit(limit: int | None) -> None:
         raise ConfigError("trace.limit", limit, "must be a positive int (rows) or None")
 
 
-def open_text(path: Path) -> IO[str]:
-    """The file opened for text (BOM dropped, newlines kept for csv); `.gz` is decompressed."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-    return path.open("r", encoding="utf-8-sig", newline="")
+def is_gzip(path: Path) -> bool:
+    """True when the file starts with the gzip magic bytes (whatever its name)."""
+    with path.open("rb") as fh:
+        return fh.read(2) == GZIP_MAGIC
 
 
-def iter_jsonl(path: Path, limit: int | None = None) -> Iterator[tuple[int, dict]]:
-    """(1-based line number, object) for each non-blank line, at most `limit` of them."""
+def open_binary(path: Path) -> BinaryIO:
+    """The file's bytes, decompressed when it is gzip (by magic bytes, not by suffix)."""
+    if is_gzip(path):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return path.open("rb")
+
+
+def sniff_encoding(head: bytes, source: str, fmt: str) -> str:
+    """The text encoding of a file starting with `head`; TraceError for a binary file."""
+    for bom, encoding in _BOMS:
+        if head.startswith(bom):
+            return encoding
+    if b"\x00" in head:
+        raise TraceError(source, f"binary file (NUL bytes, no text byte order mark); format "
+                                 f"tried: {fmt}, which needs UTF-8 or UTF-16 text (gzip allowed)",
+                         value=head[:16])
+    return "utf-8"
+
+
+@contextmanager
+def open_text(path: Path, fmt: str = "text") -> Iterator[IO[str]]:
+    """The file as text (gzip decompressed, BOM dropped, newlines kept for csv). Decoding and
+    decompression errors raised while the block reads it become TraceError naming `fmt`."""
+    source = str(path)
+    raw = open_binary(path)
+    try:
+        with _read_errors(source, fmt):
+            head = raw.read(SNIFF_BYTES)
+            encoding = sniff_encoding(head, source, fmt)
+            raw.seek(0)
+            with io.TextIOWrapper(raw, encoding=encoding, newline="") as fh:
+                yield fh
+    finally:
+        raw.close()
+
+
+@contextmanager
+def _read_errors(source: str, fmt: str) -> Iterator[None]:
+    """Turn undecodable text and corrupt gzip streams into TraceError."""
+    try:
+        yield
+    except UnicodeError as exc:
+        raise TraceError(source, f"not valid text ({exc}); format tried: {fmt}, which needs "
+                                 f"UTF-8, or UTF-16 / UTF-32 with a byte order mark") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise TraceError(source, f"corrupt gzip data ({exc}); format tried: {fmt}") from None
+
+
+def iter_jsonl(path: Path, limit: int | None = None, *,
+               fmt: str = "jsonl") -> Iterator[tuple[int, dict]]:
+    """(1-based line number, object) for each non-blank line, at most `limit` of them.
+    Numbers with a fraction or exponent are ExactFloat (floats keeping their text)."""
     count = 0
-    with open_text(path) as fh:
+    with open_text(path, fmt) as fh:
         for lineno, line in enumerate(fh, start=1):
             if limit is not None and count >= limit:
                 return
@@ -50,7 +132,7 @@ def iter_jsonl(path: Path, limit: int | None = None) -> Iterator[tuple[int, dict
 def parse_json_object(line: str, source: str, lineno: int) -> dict:
     """One JSON object; TraceError with the line number when malformed or not an object."""
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, parse_float=ExactFloat)
     except ValueError as exc:
         snippet = line.strip()[:80]
         raise TraceError(source, f"malformed JSON on line {lineno}: {exc}",
@@ -61,8 +143,8 @@ def parse_json_object(line: str, source: str, lineno: int) -> dict:
     return obj
 
 
-def peek_jsonl(path: Path) -> dict | None:
+def peek_jsonl(path: Path, fmt: str = "jsonl") -> dict | None:
     """The first JSON object of a JSON-lines file, or None when it has none."""
-    for _, obj in iter_jsonl(path, limit=1):
+    for _, obj in iter_jsonl(path, limit=1, fmt=fmt):
         return obj
     return None

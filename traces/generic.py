@@ -1,48 +1,62 @@
 """Loaders for files already in the schema's own columns (CSV, Parquet, JSON lines).
 
-Columns are those of `traces.schema`; times are used as given (not shifted). In CSV, `block_ids`
-cells are JSON lists such as `"[1, 2, 3]"`. CSV errors report the data row (0-based, header
-excluded) because quoted text may span lines; JSON-lines errors report the file line.
+Columns are those of `traces.schema`. Times are shifted so the earliest arrival is 0, exactly
+(decimal text and integers are subtracted before rounding, `traces.times`); the earliest value as
+given is kept in `df.attrs["arrival_origin"]`. Raw `arrival_s` values must still be >= 0. In CSV,
+`block_ids` cells are JSON lists such as `"[1, 2, 3]"`; a file with `block_ids` needs
+`block_tokens` too. Files may be gzip-compressed (detected by magic bytes, whatever the name).
+CSV errors report the data row (0-based, header excluded) because quoted text may span lines;
+JSON-lines errors report the file line.
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from sim.errors import TraceError
-from traces.files import check_limit, existing_file, iter_jsonl
+from traces.columns import Lines
+from traces.files import check_limit, existing_file, is_gzip, iter_jsonl, open_binary, open_text
 from traces.schema import STRING_COLUMNS, require_rows, validate_trace
+from traces.times import relative_seconds
+
+ARRIVAL = "arrival_s"  # the schema's arrival column (seconds)
 
 
 def load_csv(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
     """A schema CSV; `limit` keeps the first rows."""
     path = existing_file(path)
     check_limit(limit)
-    dtypes = {c: object for c in STRING_COLUMNS}
-    try:
-        raw = pd.read_csv(path, nrows=limit, dtype=dtypes)
-    except pd.errors.EmptyDataError:
-        raise TraceError(str(path), "empty file; expected a header row") from None
-    except pd.errors.ParserError as exc:
-        raise TraceError(str(path), f"malformed CSV: {exc}") from None
+    dtypes = {c: object for c in (*STRING_COLUMNS, ARRIVAL)}  # arrival_s as text: exact shift
+    with open_text(path, "csv") as fh:
+        try:
+            raw = pd.read_csv(fh, nrows=limit, dtype=dtypes)
+        except pd.errors.EmptyDataError:
+            raise TraceError(str(path), "empty file; expected a header row") from None
+        except pd.errors.ParserError as exc:
+            raise TraceError(str(path), f"malformed CSV: {exc}") from None
     raw.columns = [str(c).strip() for c in raw.columns]
-    return require_rows(validate_trace(raw, str(path)), str(path))
+    return _finish(raw, str(path))
 
 
 def load_parquet(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
-    """A schema Parquet file; `limit` keeps the first rows."""
+    """A schema Parquet file (gzip-compressed allowed); `limit` keeps the first rows."""
     path = existing_file(path)
     check_limit(limit)
     try:
-        raw = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several unrelated types for bad files
+        if is_gzip(path):
+            with open_binary(path) as fh:
+                raw = pd.read_parquet(io.BytesIO(fh.read()))
+        else:
+            raw = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow / gzip raise several unrelated types for bad files
         raise TraceError(str(path), f"unreadable Parquet: {exc}") from None
     if limit is not None:
         raw = raw.head(limit)
-    return require_rows(validate_trace(raw, str(path)), str(path))
+    return _finish(raw, str(path))
 
 
 def load_jsonl(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
@@ -57,5 +71,18 @@ def load_jsonl(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
     if not records:
         raise TraceError(str(path), "trace has no requests")
     raw = pd.DataFrame.from_records(records)
-    return require_rows(validate_trace(raw, str(path), lines=np.asarray(lines)), str(path))
+    if ARRIVAL in raw.columns:  # the exact values (ExactFloat keeps the decimal text)
+        raw[ARRIVAL] = pd.Series([r.get(ARRIVAL) for r in records], dtype=object)
+    return _finish(raw, str(path), np.asarray(lines))
 
+
+def _finish(raw: pd.DataFrame, source: str, lines: Lines = None) -> pd.DataFrame:
+    """`raw` with arrivals shifted to start at 0, validated; TraceError when it has no rows."""
+    origin = None
+    if ARRIVAL in raw.columns:
+        raw = raw.copy()
+        raw[ARRIVAL], origin = relative_seconds(raw[ARRIVAL], source=source, field=ARRIVAL,
+                                                lines=lines, minimum=0.0)
+    out = require_rows(validate_trace(raw, source, lines=lines), source)
+    out.attrs["arrival_origin"] = origin
+    return out

@@ -1,9 +1,11 @@
 """Loader for Mooncake traces (kvcache-ai/Mooncake FAST25-release, Apache-2.0).
 
 Format: JSON lines `{"timestamp": ms, "input_length", "output_length", "hash_ids": [...]}`.
-Each hash id names one prompt block of `MOONCAKE_BLOCK_TOKENS` tokens; equal ids across
-requests are a shared prefix block. Arrivals become seconds after the earliest timestamp (the
-first line, in the sorted public files). Errors name the file and its 1-based line.
+Each hash id names one prompt block of `MOONCAKE_BLOCK_TOKENS` tokens (the loader sets
+`block_tokens` to it); equal ids across requests are a shared prefix block. Arrivals become seconds
+after the earliest timestamp (the first line, in the sorted public files), shifted exactly before
+rounding (`traces.times`); `df.attrs["arrival_origin"]` keeps that earliest timestamp (ms).
+Errors name the file and its 1-based line.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import TraceError
-from traces.columns import to_block_ids, to_numeric, to_token_counts
+from traces.columns import to_block_ids, to_token_counts
 from traces.files import check_limit, existing_file, iter_jsonl
 from traces.schema import require_rows, validate_trace
+from traces.times import relative_seconds
 
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash id (prompt block)
 MOONCAKE_KEYS: tuple[str, ...] = ("timestamp", "input_length", "output_length", "hash_ids")
+MS_PER_S = 1000  # the timestamps are milliseconds
 
 
 def load_mooncake(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
@@ -29,7 +33,7 @@ def load_mooncake(path: str | Path, *, limit: int | None = None) -> pd.DataFrame
     source = str(path)
     columns: dict[str, list] = {key: [] for key in MOONCAKE_KEYS}
     lines: list[int] = []
-    for lineno, obj in iter_jsonl(path, limit):
+    for lineno, obj in iter_jsonl(path, limit, fmt="mooncake"):
         for key in MOONCAKE_KEYS:
             if key not in obj:
                 raise TraceError(source, f"missing key {key!r} on line {lineno}",
@@ -37,9 +41,10 @@ def load_mooncake(path: str | Path, *, limit: int | None = None) -> pd.DataFrame
             columns[key].append(obj[key])
         lines.append(lineno)
     raw = {key: pd.Series(vals, dtype=object) for key, vals in columns.items()}
-    stamps = to_numeric(raw["timestamp"], source=source, field="timestamp", lines=lines)
+    arrival, origin = relative_seconds(raw["timestamp"], source=source, field="timestamp",
+                                       lines=lines, units_per_s=MS_PER_S)
     df = pd.DataFrame({
-        "arrival_s": (stamps - stamps.min()) / 1000.0 if stamps.size else stamps,
+        "arrival_s": arrival,
         "prompt_tokens": to_token_counts(raw["input_length"], source=source,
                                          field="input_length", lines=lines),
         "output_tokens": to_token_counts(raw["output_length"], source=source,
@@ -48,4 +53,6 @@ def load_mooncake(path: str | Path, *, limit: int | None = None) -> pd.DataFrame
                                   lines=lines),
         "block_tokens": np.full(len(lines), MOONCAKE_BLOCK_TOKENS, dtype=np.int64),
     })
-    return require_rows(validate_trace(df, source, lines=np.asarray(lines)), source)
+    out = require_rows(validate_trace(df, source, lines=np.asarray(lines)), source)
+    out.attrs["arrival_origin"] = origin
+    return out

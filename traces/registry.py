@@ -55,7 +55,7 @@ def infer_format(path: str | Path) -> str:
     if suffix in _JSONL_SUFFIXES:
         if name.startswith("mooncake"):
             return "mooncake"
-        first = peek_jsonl(path) if path.is_file() else None
+        first = peek_jsonl(path, "jsonl (inferring mooncake / jsonl)") if path.is_file() else None
         return "mooncake" if first is not None and "hash_ids" in first else "jsonl"
     raise ConfigError("trace.format", suffix or path.name,
                       f"cannot infer the format of {path}; pass one of: "
@@ -66,6 +66,6 @@ def _has_azure_header(path: Path) -> bool:
     """True when the CSV header holds the Azure trace's columns."""
     if not path.is_file():
         return False
-    with open_text(path) as fh:
+    with open_text(path, "csv (inferring azure / csv)") as fh:
         header = {c.strip() for c in fh.readline().split(",")}
     return set(AZURE_COLUMNS) <= header

@@ -1,14 +1,16 @@
 """THE trace schema: one pandas DataFrame row per request.
 
 Required columns:
-- `arrival_s` (float64): seconds since trace start, >= 0 and finite. Loaders of real traces shift
-  times so the first arrival is 0; a frame built by hand may start later.
+- `arrival_s` (float64): seconds since trace start, in [0, MAX_ARRIVAL_S = 1e9] (beyond it float64
+  cannot resolve microseconds). Every file loader shifts times exactly so the earliest arrival is
+  0 (`traces.times`); a frame built by hand may start later.
 - `prompt_tokens` (int64 >= 1), `output_tokens` (int64 >= 1).
 
 Optional columns: `text`, `app`, `session_id` (str, None when missing), `block_ids` (tuple of
-ints: the prompt's block hashes, equal ids = shared prefix block) and `block_tokens` (int64 >= 1:
+int64: the prompt's block hashes, equal ids = shared prefix block) and `block_tokens` (int64 >= 1:
 tokens each block id covers, e.g. 512 for Mooncake; prefix caching needs it, see
-`sim/prefix_keys.py`). Any other column is kept as is.
+`sim/prefix_keys.py`). Non-empty `block_ids` without a `block_tokens` column are an error (prefix
+caching could not use them; the Mooncake loader sets 512). Any other column is kept as is.
 
 Unsorted arrivals are not an error: `validate_trace` sorts rows stably by `arrival_s` (ties keep
 their file order) and emits an `UnsortedTraceWarning` saying how many rows moved. Real traces are
@@ -25,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import TraceError
-from traces.columns import Lines, to_block_ids, to_seconds, to_strings, to_token_counts
+from traces.columns import (Lines, row_label, to_block_ids, to_seconds, to_strings,
+                            to_token_counts, where_text)
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("arrival_s", "prompt_tokens", "output_tokens")
 STRING_COLUMNS: tuple[str, ...] = ("text", "app", "session_id")
@@ -70,7 +73,23 @@ def validate_trace(df: pd.DataFrame, source: str, *, lines: Lines = None) -> pd.
         else:
             cols[name] = out[name].copy()
     clean = pd.DataFrame(cols, index=pd.RangeIndex(len(out)))
+    _check_block_tokens(clean, source, lines)
     return sort_by_arrival(clean, source)
+
+
+def _check_block_tokens(df: pd.DataFrame, source: str, lines: Lines) -> None:
+    """TraceError when rows name block ids but the trace does not say how many tokens each
+    covers: prefix caching would silently ignore them."""
+    if BLOCK_COLUMN not in df.columns or BLOCK_TOKENS_COLUMN in df.columns:
+        return
+    named = [i for i, ids in enumerate(df[BLOCK_COLUMN]) if len(ids)]
+    if named:
+        i = named[0]
+        raise TraceError(source, f"column {BLOCK_TOKENS_COLUMN!r} is missing but "
+                                 f"{where_text(i, lines)} has {BLOCK_COLUMN}="
+                                 f"{list(df[BLOCK_COLUMN].iloc[i])[:8]}: add {BLOCK_TOKENS_COLUMN} "
+                                 f"(tokens per block id, e.g. 512 for Mooncake hash ids)",
+                         row=row_label(i, lines), field=BLOCK_TOKENS_COLUMN, value=None)
 
 
 def sort_by_arrival(df: pd.DataFrame, source: str) -> pd.DataFrame:

@@ -9,6 +9,7 @@ import pandas as pd
 
 from sim.errors import ConfigError, TraceError
 from traces.arrivals import arrivals
+from traces.columns import MAX_ARRIVAL_S
 from traces.schema import trace_stats, validate_trace
 
 
@@ -35,6 +36,11 @@ def scale_rate(trace_df: pd.DataFrame, factor: float | None = None, *,
         raise ConfigError("scale_rate.factor", factor, "must be finite and > 0")
     first = float(df["arrival_s"].iloc[0]) if len(df) else 0.0
     df["arrival_s"] = first + (df["arrival_s"].to_numpy() - first) / factor
+    if len(df) and float(df["arrival_s"].iloc[-1]) > MAX_ARRIVAL_S:
+        raise ConfigError("scale_rate.factor", factor,
+                          f"stretches the trace's last arrival to "
+                          f"{float(df['arrival_s'].iloc[-1]):.6g} s, over {MAX_ARRIVAL_S:g} s "
+                          f"where float64 cannot resolve microseconds")
     return df
 
 

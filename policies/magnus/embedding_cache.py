@@ -46,11 +46,13 @@ class EmbeddingCache:
     def _read(self) -> dict[int, np.ndarray]:
         if not self.path.is_file():
             return {}
-        try:
-            with np.load(self.path) as data:
+        try:  # arrays only: an object (pickled) array raises ValueError instead of loading
+            with np.load(self.path, allow_pickle=False) as data:
                 keys, vectors = data["keys"], data["vectors"]
-        except (OSError, ValueError, KeyError):  # a corrupt file is rebuilt, not fatal
+        except (OSError, ValueError, KeyError, EOFError, TypeError):  # corrupt: rebuilt
             return {}
+        if keys.ndim != 1 or vectors.ndim != 2 or len(keys) != len(vectors):
+            return {}  # not this cache's layout: rebuilt
         return {int(k): v for k, v in zip(keys, vectors)}
 
     def __len__(self) -> int:

@@ -32,8 +32,8 @@ from policies.magnus.learning import ContinuousLearner, is_large_error
 from policies.magnus.length_service import LearningSettings, LengthService
 from policies.magnus.scheduler import pick_fcfs, pick_hrrn
 from policies.registry import register_policy
-from policies.static_batch import (finish_static_batch, reset_for_retry, split_batch,
-                                   static_step)
+from policies.static_batch import (fail_static_batch, finish_static_batch, reset_for_retry,
+                                   split_batch, static_step, static_tokens_per_request)
 
 
 @dataclass
@@ -132,7 +132,7 @@ class MagnusPolicy(Policy):
                  now: float) -> list[Request]:
         """OOM: split the batch into two halves that queue again; a lone request fails."""
         m = result.num_iterations
-        wasted = step.num_new_tokens[0] + m - 1 if m else 0  # tokens computed per request
+        wasted = static_tokens_per_request(step.num_new_tokens[0], m)  # per request
         self.recorder.event(now, "oom", -1, f"batch of {batch.size} on instance "
                                             f"{step.instance_id} after {m} iterations")
         if batch.size > 1:
@@ -141,8 +141,7 @@ class MagnusPolicy(Policy):
                 self.batcher.requeue(half)
             return []
         request = batch.requests[0]
-        request.num_padding_tokens += wasted
-        request.fail(now, "out of KV memory even alone")
+        fail_static_batch([request], wasted, now, "out of KV memory even alone")
         self.lengths.forget(request.request_id)
         return [request]
 

@@ -1,0 +1,106 @@
+"""A local process pool whose workers die with the sweep driver, and that signals shut down.
+
+Workers watch their parent: on Linux the kernel sends them SIGTERM when the driver dies
+(prctl PR_SET_PDEATHSIG), and everywhere a daemon thread exits the worker once its parent pid
+changes, so killing only the driver (even with SIGKILL) never leaves workers simulating. Workers
+ignore SIGINT (Ctrl-C reaches the whole process group): the driver handles it, and SIGTERM, by
+cancelling every queued run and terminating the workers before it reports the interruption.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from types import FrameType
+from typing import Any, Callable, Iterator, Sequence
+
+PR_SET_PDEATHSIG = 1  # prctl option: signal this process when its parent dies (Linux)
+PARENT_POLL_S = 1.0  # seconds between a worker's checks that its parent is alive
+
+
+class Interrupted(KeyboardInterrupt):
+    """The driver got SIGTERM (or SIGINT) while the pool ran; the pool has been shut down."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum  # the signal received
+        super().__init__(f"interrupted by signal {signum}")
+
+
+def completed(fn: Callable[..., Any], calls: Sequence[tuple], jobs: int) -> Iterator[Any]:
+    """`fn(*args)` for every args of `calls` in `jobs` worker processes, in completion order."""
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=watch_parent,
+                               initargs=(os.getpid(),))
+    previous = _on_sigterm(_raise_interrupted)
+    finished = False
+    try:
+        pending = {pool.submit(fn, *args) for args in calls}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                yield fut.result()
+        finished = True
+    finally:
+        if finished:
+            pool.shutdown(wait=True)
+        else:
+            shut_down(pool)
+        _on_sigterm(previous)
+
+
+def shut_down(pool: ProcessPoolExecutor) -> None:
+    """Cancel every queued call and terminate the workers (the runs in flight are lost)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # no public API in 3.11
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in workers:
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
+
+
+def watch_parent(parent: int) -> None:
+    """Pool initializer: exit when `parent` (the driver) dies; leave Ctrl-C to the driver."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the driver's handler, inherited by fork
+    _set_pdeathsig(signal.SIGTERM)
+    if os.getppid() != parent:  # the driver died before the watch was armed
+        os._exit(1)
+    threading.Thread(target=_poll_parent, args=(parent,), name="parent-watch",
+                     daemon=True).start()
+
+
+def _set_pdeathsig(signum: int) -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the polling thread still watches
+        pass
+
+
+def _poll_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signum)
+
+
+def _on_sigterm(handler: Any) -> Any:
+    """Install `handler` for SIGTERM and return the previous one (no-op off the main thread)."""
+    if threading.current_thread() is not threading.main_thread() or handler is None:
+        return None
+    return signal.signal(signal.SIGTERM, handler)
