@@ -34,7 +34,8 @@ from sim.overhead import overhead_kwargs
 from sim.simulate import simulate
 from sim.slo import SLO, slo_summary, slo_violations
 
-PROBE_KEYS = ("completed", "rejected", "failed", "num_length_capped", "request_throughput", "p90_ttft_s",
+PROBE_KEYS = ("completed", "rejected", "failed", "num_length_capped",
+              "request_throughput", "p90_ttft_s",
               "p99_itl_s", "p99_tpot_s", "p99_e2e_s", "mean_normalized_latency_s",
               "goodput", "slo_attainment")  # summary metrics kept for every probe
 

@@ -17,11 +17,11 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from types import FrameType
 from typing import Any, Callable, Iterator, Sequence
 
 PR_SET_PDEATHSIG = 1  # prctl option: signal this process when its parent dies (Linux)
 PARENT_POLL_S = 1.0  # seconds between a worker's checks that its parent is alive
+WAIT_S = 0.2  # seconds the driver waits for a run before looking for a caught signal
 
 
 class Interrupted(KeyboardInterrupt):
@@ -33,17 +33,24 @@ class Interrupted(KeyboardInterrupt):
 
 
 def completed(fn: Callable[..., Any], calls: Sequence[tuple], jobs: int) -> Iterator[Any]:
-    """`fn(*args)` for every args of `calls` in `jobs` worker processes, in completion order."""
+    """`fn(*args)` for every args of `calls` in `jobs` worker processes, in completion order.
+
+    SIGINT and SIGTERM only set a flag that the loop reads between short waits: an exception
+    raised from a signal handler could land inside concurrent.futures' own locks and leave the
+    shutdown below waiting on a lock nobody releases."""
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=watch_parent,
                                initargs=(os.getpid(),))
-    previous = _on_sigterm(_raise_interrupted)
+    received: list[int] = []  # signals caught while the pool runs
+    previous = _on_signals(lambda signum, frame: received.append(signum))
     finished = False
     try:
         pending = {pool.submit(fn, *args) for args in calls}
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done, pending = wait(pending, timeout=WAIT_S, return_when=FIRST_COMPLETED)
+            if received:
+                raise Interrupted(received[0])
             for fut in done:
                 yield fut.result()
         finished = True
@@ -52,7 +59,7 @@ def completed(fn: Callable[..., Any], calls: Sequence[tuple], jobs: int) -> Iter
             pool.shutdown(wait=True)
         else:
             shut_down(pool)
-        _on_sigterm(previous)
+        _restore_signals(previous)
 
 
 def shut_down(pool: ProcessPoolExecutor) -> None:
@@ -95,12 +102,14 @@ def _poll_parent(parent: int) -> None:
     os._exit(1)
 
 
-def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signum)
+def _on_signals(handler: Any) -> dict[int, Any]:
+    """Install `handler` for SIGINT and SIGTERM; the previous handlers (none off the main
+    thread, where signals cannot be caught)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
-def _on_sigterm(handler: Any) -> Any:
-    """Install `handler` for SIGTERM and return the previous one (no-op off the main thread)."""
-    if threading.current_thread() is not threading.main_thread() or handler is None:
-        return None
-    return signal.signal(signal.SIGTERM, handler)
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from sim.cost_model import CostModelConfig
+from sim.cost_model_choice import CHOICE_KEYS
 from sim.errors import ConfigError, check_fraction, check_positive
 from sim.field_types import check_fields
 from sim.heterogeneous import build_heterogeneous, normalize_instances
@@ -32,7 +33,7 @@ class ClusterSpec:
     weight_dtype: str = "fp16"  # fp16 | bf16 | int8 | int4
     kv_dtype: str = "fp16"  # fp16 | bf16 | fp8 | int8
     gpu_memory_utilization: float = 0.9  # fraction of GPU memory for weights + KV + activations
-    cost_model: Mapping[str, Any] = field(default_factory=dict)  # CostModelConfig overrides
+    cost_model: Mapping[str, Any] = field(default_factory=dict)  # kind, options (cost_model_choice)
     backend: str = "sim"  # sim: cost model | real: the torch engine (needs torch)
     real: Mapping[str, Any] = field(default_factory=dict)  # real.options.RealOptions fields
     instances: tuple[Mapping[str, Any], ...] = ()  # groups overriding gpu...
@@ -65,7 +66,8 @@ class ClusterSpec:
         """Every field, and the cost-model and overhead numbers, of its annotated type (no
         bool for a number, no 8.0 for an int): ConfigError naming `cluster.<field>`."""
         check_fields(ClusterSpec, "cluster", {f.name: getattr(self, f.name) for f in fields(self)})
-        check_fields(CostModelConfig, "cluster.cost_model", self.cost_model)
+        check_fields(CostModelConfig, "cluster.cost_model",
+                     {k: v for k, v in self.cost_model.items() if k not in CHOICE_KEYS})
         check_fields(SchedulingOverhead, "cluster.scheduling_overhead", self.scheduling_overhead)
 
 
@@ -82,19 +84,17 @@ def build_executors(spec: ClusterSpec) -> list:
 
         return build_calibrated_executors(spec.cost_model, spec.num_instances)
     from sim.cost_executor import CostModelExecutor
-    from sim.cost_model import DeploymentSpec, RooflineCostModel
+    from sim.cost_model import DeploymentSpec
+    from sim.cost_model_choice import build_cost_model, roofline_config
     from sim.draft import build_draft
     from sim.hardware import get_gpu
     from sim.models import resolve_model
 
-    try:
-        cost_config = CostModelConfig(**dict(spec.cost_model))
-    except TypeError as exc:
-        raise ConfigError("cluster.cost_model", dict(spec.cost_model), str(exc)) from exc
+    cost_config = roofline_config(spec.cost_model)  # ConfigError naming a bad key
     deployment = DeploymentSpec(model=resolve_model(spec.model), gpu=get_gpu(spec.gpu),
                                 tensor_parallel=spec.tensor_parallel,
                                 weight_dtype=spec.weight_dtype, kv_dtype=spec.kv_dtype,
                                 gpu_memory_utilization=spec.gpu_memory_utilization)
     draft = build_draft(deployment, spec.draft_model, cost_config)  # None without one
-    executor = CostModelExecutor(RooflineCostModel(deployment, cost_config), draft)
+    executor = CostModelExecutor(build_cost_model(deployment, spec.cost_model), draft)
     return [executor] * spec.num_instances

@@ -288,9 +288,10 @@ def requests_from_trace(trace: "pd.DataFrame") -> list[Request]:
     arrival = trace["arrival_s"].to_numpy(dtype=np.float64)
     if len(arrival) and not float(np.max(np.abs(arrival))) <= MAX_ARRIVAL_S:
         row = int(np.argmax(~(np.abs(arrival) <= MAX_ARRIVAL_S)))
-        raise ValueError(f"trace row {row}: arrival_s={float(arrival[row])!r} is not a time in seconds "
-                         f"from the trace's start within {MAX_ARRIVAL_S:g} s (float64 keeps "
-                         f"microseconds only there): shift arrivals so the trace starts at 0")
+        raise ValueError(f"trace row {row}: arrival_s={float(arrival[row])!r} is not a time "
+                         f"in seconds from the trace's start within {MAX_ARRIVAL_S:g} s "
+                         f"(float64 keeps microseconds only there): shift arrivals so the "
+                         f"trace starts at 0")
     prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
     output = trace["output_tokens"].to_numpy(dtype=np.int64)
     text = trace["text"].tolist() if "text" in cols else None

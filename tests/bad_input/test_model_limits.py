@@ -106,7 +106,8 @@ def test_run_line_and_warnings_name_counts_and_reasons(llama2):
 CONFIG = {
     "name": "limits",
     "workload": {"synthetic": {"num_requests": 30, "lengths": "sharegpt",
-                               "prompt": {"kind": "uniform", "min_tokens": 2000, "max_tokens": 6000},
+                               "prompt": {"kind": "uniform", "min_tokens": 2000,
+                                          "max_tokens": 6000},
                                "output": {"kind": "uniform", "min_tokens": 10, "max_tokens": 40}}},
     "cluster": {"model": "llama-2-7b", "gpu": "A100-80GB"},
     "policies": ["vllm"],

@@ -1,0 +1,158 @@
+"""Fidelity report: predicted vs measured time of every profiled shape.
+
+    python -m experiments.fidelity PROFILE_DIR [--model llama-2-7b] [--gpu A100-80GB]
+        [--cost-model roofline|stage|profile] [--calibration FILE] [--out DIR]
+
+PROFILE_DIR is a Vidur-layout profile folder (e.g. ../shared/data/profiles; sim/profile_tables.py
+lists the layouts). For each TP degree in the tables the chosen cost model's stages
+(sim/stage_times.py) are compared with the measured dense layers, attention rows, all-reduces and
+composed layer times (experiments/fidelity_rows.py). Prints median |error|, p90 |error| and the
+signed bias (median of predicted / measured - 1) per GPU, model, TP, stage and regime, and writes
+DIR/rows.csv, DIR/summary.csv, DIR/summary.json and DIR/fidelity.png.
+
+Cost models: `roofline` (today's default, sim/roofline_stages.py; --calibration applies a
+`python -m real.calibrate` file's fitted CostModelConfig), `stage` (sim/stage_model.py with the
+GPU's parameters; roofline if that module or the GPU's parameters are missing), `profile` (the
+tables themselves, sim/profile_cost_model.py, falling back to the roofline; a sanity check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from experiments.fidelity_models import stages_factory
+from experiments.fidelity_rows import REGIMES, all_rows
+from sim.hardware import get_gpu
+from sim.models import get_model
+from sim.profile_tables import load_profiles
+
+GROUP_KEYS = ("gpu", "model", "tp", "stage", "regime")  # one summary row per group
+STAGE_ORDER = ("dense", "attention", "allreduce", "step", "layers_no_attn")
+
+
+def summarize(rows: pd.DataFrame) -> pd.DataFrame:
+    """Median / p90 |error| and signed bias (median error) per GPU, model, TP, stage, regime."""
+    if rows.empty:
+        return pd.DataFrame(columns=[*GROUP_KEYS, "n", "median_abs_error", "p90_abs_error",
+                                     "bias"])
+    out = (rows.groupby(list(GROUP_KEYS), sort=False)
+           .agg(n=("error", "size"), median_abs_error=("abs_error", "median"),
+                p90_abs_error=("abs_error", lambda s: float(np.quantile(s, 0.9))),
+                bias=("error", "median"))
+           .reset_index())
+    out["_s"] = out["stage"].map({s: i for i, s in enumerate(STAGE_ORDER)})
+    out["_r"] = out["regime"].map({r: i for i, r in enumerate(REGIMES)})
+    return out.sort_values(["gpu", "model", "_s", "tp", "_r"]).drop(columns=["_s", "_r"])
+
+
+def markdown(summary: pd.DataFrame) -> str:
+    """The summary as a markdown table (errors in percent)."""
+    lines = ["| stage | TP | regime | n | median abs err | p90 abs err | bias |",
+             "|---|---|---|---|---|---|---|"]
+    for r in summary.itertuples(index=False):
+        lines.append(f"| {r.stage} | {r.tp} | {r.regime} | {r.n} | "
+                     f"{100 * r.median_abs_error:.1f}% | {100 * r.p90_abs_error:.1f}% | "
+                     f"{100 * r.bias:+.1f}% |")
+    return "\n".join(lines)
+
+
+def plot(rows: pd.DataFrame, path: Path, title: str) -> Path:
+    """Predicted vs measured, log-log, one panel per stage, one colour per regime."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stages = [s for s in STAGE_ORDER if s in set(rows["stage"])] or ["none"]
+    fig, axes = plt.subplots(1, len(stages), figsize=(4.2 * len(stages), 4.2), squeeze=False)
+    colours = dict(zip(REGIMES, ("tab:blue", "tab:green", "tab:olive", "tab:red")))
+    for ax, stage in zip(axes[0], stages):
+        part = rows[rows["stage"] == stage] if "stage" in rows else rows
+        for reg in [r for r in REGIMES if r in set(part["regime"])]:
+            group = part[part["regime"] == reg]
+            ax.scatter(group["measured_s"] * 1e3, group["predicted_s"] * 1e3, s=8,
+                       label=reg, color=colours.get(reg, "grey"), alpha=0.7)
+        if len(part):
+            lo = float(min(part["measured_s"].min(), part["predicted_s"].min())) * 1e3
+            hi = float(max(part["measured_s"].max(), part["predicted_s"].max())) * 1e3
+            ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_title(stage)
+        ax.set_xlabel("measured (ms)")
+        ax.set_ylabel("predicted (ms)")
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run_report(profile_dir: str | Path, model: str = "llama-2-7b", gpu: str = "A100-80GB",
+               cost_model: str = "roofline", calibration: str | None = None,
+               out: str | Path | None = None) -> dict[str, Any]:
+    """Build the rows and summary; write them (and the figure) under `out` when given."""
+    spec, gpu_spec = get_model(model), get_gpu(gpu)
+    tables = load_profiles(profile_dir, model=model, gpu=gpu)
+    stages_for, used = stages_factory(cost_model, spec, gpu_spec, tables, calibration)
+    rows = all_rows(tables, stages_for, spec)
+    if not rows.empty:
+        rows.insert(0, "model", spec.name)
+        rows.insert(0, "gpu", gpu_spec.name)
+    summary = summarize(rows)
+    result = {"profile_dir": str(profile_dir), "profile_model": tables.model,
+              "profile_gpu": tables.gpu, "model": spec.name, "gpu": gpu_spec.name,
+              "cost_model": used, "calibration": calibration, "rows": rows,
+              "summary": summary}
+    if out is not None:
+        write_report(result, Path(out))
+    return result
+
+
+def write_report(result: dict[str, Any], out: Path) -> None:
+    """rows.csv, summary.csv, summary.json and fidelity.png under `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    result["rows"].to_csv(out / "rows.csv", index=False)
+    result["summary"].to_csv(out / "summary.csv", index=False)
+    meta = {k: v for k, v in result.items() if k not in ("rows", "summary")}
+    meta["summary"] = result["summary"].to_dict(orient="records")
+    (out / "summary.json").write_text(json.dumps(meta, indent=2, default=float) + "\n",
+                                      encoding="utf-8")
+    plot(result["rows"], out / "fidelity.png",
+         f"{result['model']} on {result['gpu']}: {result['cost_model']} vs measured")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m experiments.fidelity",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("profile_dir", help="Vidur-layout profile folder")
+    p.add_argument("--model", default="llama-2-7b")
+    p.add_argument("--gpu", default="A100-80GB")
+    p.add_argument("--cost-model", default="roofline", choices=("roofline", "stage", "profile"))
+    p.add_argument("--calibration", default=None, help="real.calibrate JSON (roofline)")
+    p.add_argument("--out", default="results/fidelity", help="output folder")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = run_report(args.profile_dir, args.model, args.gpu, args.cost_model,
+                        args.calibration, args.out)
+    print(f"{result['model']} on {result['gpu']} ({result['profile_gpu']}/"
+          f"{result['profile_model']}), cost model: {result['cost_model']}")
+    print(markdown(result["summary"]))
+    print(f"wrote {args.out}/rows.csv, summary.csv, summary.json, fidelity.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""Fitting the roofline's engine terms to a real serving benchmark (vllm bench serve, SGLang).
+
+The benchmark's requests (a trace with `measured_ttft_s` and `measured_tpot_s` columns, as
+`traces.bench_results` reads them) are replayed through `sim.simulate.simulate` on a cluster's
+cost-model executors under a policy, and the chosen `CostModelConfig` fields are fitted by
+`scipy.optimize.least_squares` (trust region with bounds). Residuals are sums, not single
+requests: a request's own TTFT jumps by up to an iteration when a parameter moves its arrival
+across an iteration boundary, and a short request's TPOT jumps when another prefill lands in
+it, so the fit compares, per bin, sum simulated / sum measured - 1 of decode time (TPOT *
+(outputs - 1)) over arrival-time bins (load varies with time) and, weighted by `ttft_weight`
+(default 0.1: TTFT sums still jump by a whole prefill when an arrival crosses a step boundary),
+of TTFT over prompt-length bins; each times sqrt(requests in the bin). Sums of step times are
+linear in the overheads for a fixed schedule, so Gauss-Newton steps land close. Jacobians are
+forward differences of 10% (at least a fixed step per field), large enough to step over the
+jumps. Each evaluation simulates every run, so the search is capped at `max_evaluations` and
+the best point seen is kept.
+
+What the data can pin down: `step_overhead_s` (every step), `per_seq_overhead_s` (needs batch
+sizes that vary: fit several runs at different request rates together), `compute_efficiency`
+(TTFTs of varied prompt lengths) and `memory_efficiency` (decode; separable from
+`step_overhead_s` only through the KV reads that grow with context, so it trades off with it
+unless contexts vary widely). Client-side costs (HTTP, tokenization, streaming) are in the
+measurements and land in the fitted overheads. The reported errors (`ErrorStats`) are per
+request, so they keep the per-request jitter above as a floor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from sim.bench_replay import ErrorStats, check_trace, error_stats, finished, replay
+from sim.cluster import ClusterSpec
+from sim.cost_model import CostModelConfig
+from sim.errors import ConfigError
+
+MISSING_PENALTY = 1.0  # residual of a request the simulation did not finish
+DEFAULT_FIT = ("step_overhead_s", "per_seq_overhead_s")  # fitted unless told otherwise
+REL_STEP = 0.1  # finite-difference step relative to the variable (at least FitParam.min_step)
+TTFT_BINS = 8  # prompt-length bins whose summed TTFT is fitted
+TPOT_BINS = 12  # arrival-time bins whose summed decode time is fitted
+TTFT_WEIGHT = 0.1  # default weight of the TTFT residuals against the decode-time ones
+
+
+@dataclass(frozen=True)
+class FitParam:
+    """How one CostModelConfig field maps to an optimizer variable."""
+
+    to_var: str  # "ms": variable = seconds * 1e3 | "log": variable = ln(value)
+    lower: float  # field's lowest value (seconds or fraction)
+    upper: float  # field's highest value (seconds or fraction)
+    min_step: float  # smallest finite-difference step, in variable units (ms, or ln units)
+    typical: float  # a typical change of the variable (the optimizer's x_scale)
+
+    def __post_init__(self) -> None:
+        if self.to_var not in ("ms", "log"):
+            raise ConfigError("to_var", self.to_var, "one of ms, log")
+        if not (self.min_step > 0 and self.typical > 0):
+            raise ConfigError("min_step/typical", (self.min_step, self.typical), "must be > 0")
+        if not 0 <= self.lower < self.upper:
+            raise ConfigError("lower", (self.lower, self.upper), "need 0 <= lower < upper")
+
+    def var(self, value: float) -> float:
+        """Optimizer variable for a field value."""
+        return value * 1e3 if self.to_var == "ms" else math.log(value)
+
+    def value(self, var: float) -> float:
+        """Field value for an optimizer variable."""
+        return var * 1e-3 if self.to_var == "ms" else math.exp(var)
+
+
+FIT_PARAMS: Mapping[str, FitParam] = MappingProxyType({
+    "step_overhead_s": FitParam("ms", 0.0, 0.5, 0.5, 5.0),
+    "per_seq_overhead_s": FitParam("ms", 0.0, 0.05, 0.05, 0.1),
+    "compute_efficiency": FitParam("log", 0.02, 1.0, 0.1, 0.5),
+    "memory_efficiency": FitParam("log", 0.05, 1.0, 0.1, 0.5),
+})
+
+
+@dataclass(frozen=True)
+class BenchFit:
+    """A fit's result: cost-model overrides and the error before and after."""
+
+    overrides: Mapping[str, float]  # fitted CostModelConfig fields (seconds / fractions)
+    before: ErrorStats  # with the cluster's own cost model
+    after: ErrorStats  # with `overrides` applied
+    num_evaluations: int  # simulations run
+    message: str  # the optimizer's stopping reason
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.overrides if k not in FIT_PARAMS]
+        if unknown:
+            raise ConfigError("overrides", unknown, f"fittable: {', '.join(FIT_PARAMS)}")
+        object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
+
+
+class _Budget(Exception):
+    """Raised inside the optimizer when the simulation budget is spent."""
+
+
+class _Objective:
+    """Residuals of a parameter vector over every trace, counting and caching simulations."""
+
+    def __init__(self, traces: Sequence[pd.DataFrame], cluster: ClusterSpec, policy: str,
+                 policy_params: Mapping[str, Any] | None, names: Sequence[str], seed: int,
+                 max_evaluations: int, ttft_weight: float) -> None:
+        self.traces = traces  # the benchmark runs fitted together
+        self.run = (cluster, policy, policy_params, seed)  # what replay() needs besides a trace
+        self.names = tuple(names)  # fitted CostModelConfig fields
+        self.params = [FIT_PARAMS[k] for k in names]  # their variable mappings
+        self.bins = [(quantile_bins(t["prompt_tokens"].to_numpy(), TTFT_BINS),
+                      quantile_bins(t["arrival_s"].to_numpy(), TPOT_BINS)) for t in traces]
+        self.max_evaluations = max_evaluations  # simulations of all traces allowed
+        self.ttft_weight = ttft_weight  # weight of the TTFT residuals (dimensionless)
+        self.num_evaluations = 0  # simulations of all traces run so far
+        self.best: tuple[float, np.ndarray | None] = (math.inf, None)  # (cost, x) lowest seen
+        self._last: tuple[bytes, np.ndarray] | None = None  # the last x and its residuals
+
+    def overrides(self, x: np.ndarray) -> dict[str, float]:
+        """CostModelConfig overrides for a variable vector."""
+        return {k: float(p.value(v)) for k, p, v in zip(self.names, self.params, x)}
+
+    def records(self, overrides: Mapping[str, float] | None) -> list[pd.DataFrame]:
+        """Simulated records of every trace under `overrides`."""
+        cluster, policy, params, seed = self.run
+        return [replay(t, cluster, policy, params, overrides, seed) for t in self.traces]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        key = np.asarray(x, dtype=np.float64).tobytes()
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
+        if self.num_evaluations >= self.max_evaluations:
+            raise _Budget
+        self.num_evaluations += 1
+        res = np.concatenate([_residuals(t, r, b, self.ttft_weight) for t, r, b in
+                              zip(self.traces, self.records(self.overrides(x)), self.bins)])
+        cost = float(np.sum(res * res))
+        if cost < self.best[0]:
+            self.best = (cost, np.array(x, dtype=np.float64))
+        self._last = (key, res)
+        return res
+
+
+def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpec,
+              policy: str = "vllm", policy_params: Mapping[str, Any] | None = None,
+              fit: Sequence[str] = DEFAULT_FIT, max_evaluations: int = 40,
+              seed: int = 0, ttft_weight: float = TTFT_WEIGHT) -> BenchFit:
+    """Fit the `fit` fields of the cluster's CostModelConfig to the measured TTFT and TPOT of
+    one benchmark run or several (e.g. one per request rate: varied load separates the
+    per-step from the per-sequence overhead). One evaluation simulates every run."""
+    from scipy.optimize import least_squares  # lazy: scipy comes with scikit-learn
+
+    runs = [traces] if isinstance(traces, pd.DataFrame) else list(traces)
+    if not runs:
+        raise ConfigError("traces", runs, "need at least one benchmark run")
+    for t in runs:
+        check_trace(t)
+    names = _check_fit(fit, max_evaluations)
+    try:
+        base = CostModelConfig(**dict(cluster.cost_model))
+    except TypeError as exc:
+        raise ConfigError("cluster.cost_model", dict(cluster.cost_model), str(exc)) from exc
+    x0, lower, upper = _start(names, base)
+    if not (isinstance(ttft_weight, (int, float)) and 0 <= ttft_weight < math.inf):
+        raise ConfigError("ttft_weight", ttft_weight, "must be a number >= 0")
+    objective = _Objective(runs, cluster, policy, policy_params, names, seed, max_evaluations,
+                           float(ttft_weight))
+    before_records = objective.records(None)
+    before = _stats(runs, before_records)
+    if "step_overhead_s" in names:  # start where the median TPOT gap puts it
+        j = names.index("step_overhead_s")
+        gap = _tpot_gap(runs, before_records)
+        x0[j] = np.clip(x0[j] + gap * 1e3, lower[j], upper[j])
+    message = "evaluation budget spent"
+    try:
+        out = least_squares(
+            objective, x0, bounds=(lower, upper), xtol=1e-10, ftol=1e-10,
+            jac=lambda x: _forward_jacobian(objective, x, objective.params, upper),
+            x_scale=np.array([p.typical for p in objective.params]), max_nfev=max_evaluations)
+        message = str(out.message)
+    except _Budget:
+        pass
+    best = objective.overrides(objective.best[1] if objective.best[1] is not None else x0)
+    after = _stats(runs, objective.records(best))
+    return BenchFit(best, before, after, objective.num_evaluations + 2, message)
+
+
+def _stats(traces: Sequence[pd.DataFrame], records: Sequence[pd.DataFrame]) -> ErrorStats:
+    """error_stats over all runs together."""
+    return error_stats(pd.concat(traces, ignore_index=True),
+                       pd.concat(records, ignore_index=True))
+
+
+def _tpot_gap(traces: Sequence[pd.DataFrame], records: Sequence[pd.DataFrame]) -> float:
+    """Median measured - simulated TPOT (seconds) over all runs' finished requests; 0 if none."""
+    gaps = np.concatenate([t["measured_tpot_s"].to_numpy() - r["tpot_s"].to_numpy()
+                           for t, r in zip(traces, records)])
+    gaps = gaps[np.isfinite(gaps)]
+    return float(np.median(gaps)) if gaps.size else 0.0
+
+
+def _check_fit(fit: Sequence[str], max_evaluations: int) -> list[str]:
+    names = list(fit)
+    if not names or len(set(names)) != len(names) or any(k not in FIT_PARAMS for k in names):
+        raise ConfigError("fit", names, f"distinct names among {', '.join(FIT_PARAMS)}")
+    if isinstance(max_evaluations, bool) or not isinstance(max_evaluations, int) \
+            or max_evaluations < len(names) + 1:
+        raise ConfigError("max_evaluations", max_evaluations,
+                          f"must be an int >= {len(names) + 1} (one Jacobian)")
+    return names
+
+
+def _forward_jacobian(fun: Any, x: np.ndarray, params: Sequence[FitParam],
+                      upper: np.ndarray) -> np.ndarray:
+    """Forward differences of `fun` at x, steps REL_STEP * |x| (at least each min_step), taken
+    backwards at an upper bound. Steps this large step over the simulation's small jumps (an
+    arrival moving across an iteration boundary)."""
+    f0 = fun(x)
+    cols = []
+    for j, p in enumerate(params):
+        h = max(REL_STEP * abs(x[j]), p.min_step)
+        if x[j] + h > upper[j]:
+            h = -h
+        xj = np.array(x, dtype=np.float64)
+        xj[j] += h
+        cols.append((fun(xj) - f0) / h)
+    return np.stack(cols, axis=1)
+
+
+def _start(names: Sequence[str], base: CostModelConfig
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start (the base config's values, inside the bounds) and bounds of the variables."""
+    params = [FIT_PARAMS[k] for k in names]
+    lower = np.array([p.var(p.lower) for p in params])
+    upper = np.array([p.var(p.upper) for p in params])
+    x0 = np.array([p.var(min(max(getattr(base, k), p.lower), p.upper))
+                   for k, p in zip(names, params)])
+    return np.clip(x0, lower + 1e-9 * (upper - lower), upper), lower, upper
+
+
+def quantile_bins(values: np.ndarray, num_bins: int) -> np.ndarray:
+    """Bin label (0..num_bins-1) of each value by its quantile among `values`."""
+    edges = np.unique(np.quantile(values, np.linspace(0, 1, num_bins + 1)[1:-1]))
+    return np.searchsorted(edges, values, side="right")
+
+
+def _binned_error(sim: np.ndarray, meas: np.ndarray, bins: np.ndarray) -> np.ndarray:
+    """Per bin: sqrt(count) * (sum sim / sum meas - 1) over the finite pairs (NaN: empty bin)."""
+    ok = np.isfinite(sim) & np.isfinite(meas)
+    count = np.bincount(bins[ok], minlength=bins.max() + 1).astype(np.float64)
+    s = np.bincount(bins[ok], weights=sim[ok], minlength=count.size)
+    m = np.bincount(bins[ok], weights=meas[ok], minlength=count.size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sqrt(count) * (s / m - 1.0)
+
+
+def _residuals(trace: pd.DataFrame, records: pd.DataFrame,
+               bins: tuple[np.ndarray, np.ndarray], ttft_weight: float) -> np.ndarray:
+    """Weighted TTFT per prompt-length bin and decode time per arrival-time bin (module
+    docstring), then a penalty per request the simulation did not finish."""
+    done = finished(trace, records)
+    decodes = trace["output_tokens"].to_numpy() - 1
+    sim_ttft = np.where(done, records["ttft_s"].to_numpy(), np.nan)
+    sim_dec = np.where(done, (records["finish_s"] - records["first_token_s"]).to_numpy(), np.nan)
+    meas_dec = np.where(decodes > 0, trace["measured_tpot_s"].to_numpy() * decodes, np.nan)
+    res = np.concatenate((
+        ttft_weight * _binned_error(sim_ttft, trace["measured_ttft_s"].to_numpy(), bins[0]),
+        _binned_error(sim_dec, meas_dec, bins[1]),
+        np.where(done, 0.0, MISSING_PENALTY)))
+    return np.where(np.isfinite(res), res, 0.0)

@@ -1,0 +1,114 @@
+"""Replaying a serving benchmark's requests in the simulator and scoring the result.
+
+`replay` runs a benchmark trace (`traces.bench_results`: schema columns plus `measured_ttft_s`,
+`measured_tpot_s`) through `sim.simulate.simulate` on a cluster's cost-model executors, with
+`CostModelConfig` overrides; `error_stats` compares the simulated per-request TTFT and TPOT with
+the measured ones (errors are simulated / measured - 1). `sim.bench_fit` fits the overrides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from sim.cluster import ClusterSpec, build_executors
+from sim.errors import ConfigError
+from sim.overhead import build_overhead
+from sim.simulate import simulate
+
+MEASURED = ("measured_ttft_s", "measured_tpot_s")  # trace columns compared against (seconds)
+TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")  # what the replay simulates
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """Simulated vs measured per-request latencies; errors are sim / measured - 1."""
+
+    num_requests: int  # requests finished in the benchmark and in the simulation
+    ttft_median_abs: float  # median |error| of TTFT (fraction)
+    ttft_p90_abs: float  # 90th percentile |error| of TTFT (fraction)
+    ttft_bias: float  # median signed error of TTFT (fraction; < 0: simulation too fast)
+    tpot_median_abs: float  # median |error| of TPOT (fraction)
+    tpot_p90_abs: float  # 90th percentile |error| of TPOT (fraction)
+    tpot_bias: float  # median signed error of TPOT (fraction)
+    ttft_mean_bias: float  # mean simulated / mean measured TTFT - 1 (fraction)
+    tpot_mean_bias: float  # mean simulated / mean measured TPOT - 1 (fraction)
+    num_unfinished: int  # benchmark requests the simulation rejected, failed or cut
+
+    def __post_init__(self) -> None:
+        if self.num_requests < 0 or self.num_unfinished < 0:
+            raise ConfigError("num_requests", (self.num_requests, self.num_unfinished),
+                              "counts must be >= 0")
+
+    def as_dict(self) -> dict[str, float]:
+        """Plain dict for JSON."""
+        return dataclasses.asdict(self)
+
+
+def check_trace(trace: pd.DataFrame) -> None:
+    """ConfigError unless `trace` has the replay and measured columns."""
+    missing = [c for c in TRACE_COLUMNS + MEASURED if c not in trace.columns]
+    if missing:
+        raise ConfigError("trace", list(map(str, trace.columns)),
+                          f"missing column(s) {missing} (read it with traces.bench_results)")
+    if len(trace) == 0:
+        raise ConfigError("trace", 0, "has no requests")
+
+
+def replay(trace: pd.DataFrame, cluster: ClusterSpec, policy: str,
+           policy_params: Mapping[str, Any] | None = None,
+           overrides: Mapping[str, float] | None = None, seed: int = 0) -> pd.DataFrame:
+    """Simulated records of the trace's requests (row order) on `cluster` with the cost-model
+    `overrides` applied."""
+    if cluster.backend != "sim" or "calibration" in cluster.cost_model:
+        raise ConfigError("cluster.cost_model", dict(cluster.cost_model),
+                          "bench fitting adjusts the roofline: use backend sim, no calibration")
+    spec = dataclasses.replace(cluster, cost_model={**cluster.cost_model, **(overrides or {})})
+    result = simulate(trace.loc[:, list(TRACE_COLUMNS)].reset_index(drop=True), policy,
+                      policy_params, build_executors(spec), seed=seed,
+                      overhead=build_overhead(spec.scheduling_overhead, spec.backend),
+                      max_model_len=spec.max_model_len)
+    return result.records.sort_values("request_id").reset_index(drop=True)
+
+
+def finished(trace: pd.DataFrame, records: pd.DataFrame) -> np.ndarray:
+    """Rows the simulation finished with the benchmark's output length."""
+    return (records["finish_reason"].isin(("stop", "length")).to_numpy() &
+            (records["output_tokens"].to_numpy() == trace["output_tokens"].to_numpy()))
+
+
+def _log_errors(trace: pd.DataFrame, records: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """log(sim / measured) of TTFT (every row) and TPOT (rows with a measured TPOT); NaN where
+    the simulation has no value."""
+    done = finished(trace, records)
+    ttft = np.where(done, records["ttft_s"], np.nan) / trace["measured_ttft_s"].to_numpy()
+    tpot_rows = np.isfinite(trace["measured_tpot_s"].to_numpy())
+    tpot = (np.where(done, records["tpot_s"], np.nan) / trace["measured_tpot_s"].to_numpy())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(ttft), np.log(tpot[tpot_rows])
+
+
+def error_stats(trace: pd.DataFrame, records: pd.DataFrame) -> ErrorStats:
+    """Per-request TTFT and TPOT errors of simulated `records` against the trace's measurements."""
+    log_ttft, log_tpot = _log_errors(trace, records)
+    ttft = np.expm1(log_ttft[np.isfinite(log_ttft)])
+    tpot = np.expm1(log_tpot[np.isfinite(log_tpot)])
+    meas_tpot = trace["measured_tpot_s"].to_numpy()
+    meas_tpot = meas_tpot[np.isfinite(meas_tpot)][np.isfinite(log_tpot)]
+    meas_ttft = trace["measured_ttft_s"].to_numpy()[np.isfinite(log_ttft)]
+
+    def q(x: np.ndarray, p: float) -> float:
+        return float(np.percentile(x, p)) if x.size else math.nan
+
+    def mean_bias(err: np.ndarray, measured: np.ndarray) -> float:
+        return float(np.sum((1 + err) * measured) / np.sum(measured) - 1) if err.size else math.nan
+
+    return ErrorStats(int(ttft.size), q(np.abs(ttft), 50), q(np.abs(ttft), 90), q(ttft, 50),
+                      q(np.abs(tpot), 50), q(np.abs(tpot), 90), q(tpot, 50),
+                      mean_bias(ttft, meas_ttft), mean_bias(tpot, meas_tpot),
+                      int(np.count_nonzero(~np.isfinite(log_ttft))))

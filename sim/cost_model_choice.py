@@ -1,0 +1,79 @@
+"""Which step-time model a cost-model instance uses: `cluster.cost_model` options.
+
+    cost_model: {}                                   # roofline (default), CostModelConfig overrides
+    cost_model: {kind: stage}                        # per-stage model, the GPU's fitted parameters
+    cost_model: {kind: profile, profiles: DIR}       # measured tables, stage model outside them
+
+`stage` (sim/stage_model.py) gives each stage (GEMMs, attention prefill / decode, all-reduce,
+small kernels, lm_head, engine overhead) its own efficiency and fixed costs that do not divide by
+tensor parallelism, with per-GPU parameters (sim/gpu_params.py, see docs/fidelity.md). `profile`
+interpolates per-operator profiles in Vidur's layout or the real backend's
+(sim/profile_tables.py) and falls back to the stage model where they have no rows. The roofline
+keeps `CostModelConfig` fields; the other kinds take none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any, Mapping
+
+from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+from sim.errors import ConfigError
+
+KINDS = ("roofline", "stage", "profile")  # cluster.cost_model.kind values
+CHOICE_KEYS = ("kind", "profiles")  # keys of cost_model that are not CostModelConfig fields
+WHERE = "cluster.cost_model"  # the config field these options live in
+
+
+def cost_model_kind(options: Mapping[str, Any]) -> str:
+    """The kind named by `options` (a `profiles` directory alone means `profile`)."""
+    kind = options.get("kind", "profile" if "profiles" in options else "roofline")
+    if kind not in KINDS:
+        raise ConfigError(f"{WHERE}.kind", kind, f"one of {', '.join(KINDS)} (or a "
+                                                 f"calibration: FILE with its own kinds)")
+    if kind == "profile" and not isinstance(options.get("profiles"), str):
+        raise ConfigError(f"{WHERE}.profiles", options.get("profiles"),
+                          "kind: profile needs profiles: DIR (a profile folder or file)")
+    if kind != "profile" and "profiles" in options:
+        raise ConfigError(f"{WHERE}.profiles", options["profiles"],
+                          f"only with kind: profile (not {kind})")
+    return kind
+
+
+def roofline_config(options: Mapping[str, Any]) -> CostModelConfig:
+    """The roofline's config from the options; other kinds refuse roofline fields."""
+    rest = {k: v for k, v in options.items() if k not in CHOICE_KEYS}
+    kind = cost_model_kind(options)
+    if kind != "roofline" and rest:
+        key = next(iter(rest))
+        raise ConfigError(f"{WHERE}.{key}", rest[key], f"a roofline field; kind: {kind} takes "
+                                                       f"only {', '.join(CHOICE_KEYS)}")
+    known = {f.name for f in fields(CostModelConfig)}
+    for key in rest:
+        if key not in known:
+            raise ConfigError(f"{WHERE}.{key}", rest[key],
+                              f"unknown; known: {', '.join([*CHOICE_KEYS, *sorted(known)])}")
+    return CostModelConfig(**rest)
+
+
+def build_cost_model(deployment: DeploymentSpec, options: Mapping[str, Any]) -> Any:
+    """The step-time model of one deployment (an object with `deployment` and
+    `iteration_times_from_sums`, as RooflineCostModel)."""
+    config = roofline_config(options)
+    kind = cost_model_kind(options)
+    if kind == "roofline":
+        return RooflineCostModel(deployment, config)
+    from sim.gpu_params import stage_params_for
+    from sim.stage_model import StageCostModel
+
+    stage = StageCostModel(deployment, stage_params_for(deployment.gpu))
+    if kind == "stage":
+        return stage
+    from sim.profile_cost_model import ProfileCostModel
+    from sim.profile_tables import load_profiles
+
+    try:
+        tables = load_profiles(options["profiles"], deployment.model.name, deployment.gpu.name)
+    except ConfigError as err:
+        raise ConfigError(f"{WHERE}.profiles", options["profiles"], str(err)) from None
+    return ProfileCostModel(tables, deployment, fallback=stage)

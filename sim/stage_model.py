@@ -1,0 +1,210 @@
+"""The stage cost model: per-stage times of one deployment from per-GPU `StageParams`.
+
+Implements `sim.stage_times.StageTimes` (each stage on ONE GPU of the TP group) and composes an
+iteration as
+
+    num_layers * (dense_layer_s(N) + attention) + 2 * num_layers * allreduce_s(2 h N) (TP > 1)
+    + step_fixed_s(num_seqs, num_sampled)
+
+with the formulas of `sim/stage_params.py`. Fixed per-kernel and per-layer costs do not divide
+by TP; only the work does. `iteration_times_from_sums` has the signature and semantics of
+`RooflineCostModel.iteration_times_from_sums`, so `CostModelExecutor` can run either. Torch-free;
+constants are folded in `__init__` so a call is a few float operations (plus one numpy
+expression over the decode iterations of a multi-iteration step).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from sim.cost_model import ACT_DTYPE_BYTES, DeploymentSpec, kv_dtype_bytes, weight_dtype_bytes
+from sim.stage_params import StageParams
+
+
+class StageCostModel:
+    """Per-stage and per-iteration seconds of a deployment (see the module docstring)."""
+
+    __slots__ = ("deployment", "params", "_layers", "_tp", "_gemms", "_inv_c", "_inv_w",
+                 "_half", "_gemm_fixed", "_small_fixed", "_small_spt", "_attn_fpp", "_attn_inv_c",
+                 "_attn_half", "_attn_fixed", "_kv_bpt", "_kv_inv_large", "_dec_small",
+                 "_dec_span", "_dec_half", "_dec_fixed", "_inv_bw", "_ar_fixed", "_ar_spb",
+                 "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt", "_vocab_bytes")
+
+    def __init__(self, deployment: DeploymentSpec, params: StageParams) -> None:
+        self.deployment = deployment  # the instance modelled
+        self.params = params  # the GPU's stage parameters
+        m, gpu, tp = deployment.model, deployment.gpu, deployment.tensor_parallel
+        p = params
+        h, hd = m.hidden_size, m.head_dim
+        heads, kvh = m.num_attention_heads // tp, deployment.kv_heads_per_gpu  # per GPU
+        inter = m.intermediate_size / tp  # MLP width per GPU (elements)
+        up_out = (2 if m.gated_mlp else 1) * inter
+        wb = weight_dtype_bytes(deployment.weight_dtype)
+        qkv_out = (heads + 2 * kvh) * hd
+        shapes = ((h, qkv_out), (heads * hd, h), (h, up_out), (inter, h))  # (in, out) per GEMM
+        self._layers = m.num_layers  # layers
+        self._tp = tp  # GPUs in the group
+        self._gemms = tuple(self._gemm_consts(k, o, wb) for k, o in shapes)  # per GEMM
+        self._inv_c = 1.0 / (gpu.peak_tensor_flops * p.gemm_compute_eff)  # s/FLOP at max eff
+        self._inv_w = 1.0 / (gpu.hbm_bandwidth * p.gemm_weight_eff)  # s/byte
+        self._half = p.gemm_half_tokens  # tokens
+        self._gemm_fixed = p.gemm_fixed_s  # seconds per GEMM
+        inv_bw = 1.0 / gpu.hbm_bandwidth  # s/byte at peak
+        self._inv_bw = inv_bw  # s/byte at peak
+        a = ACT_DTYPE_BYTES
+        self._norm_spt = 2 * h * a * inv_bw / p.norm_eff  # s/token of one norm (read + write)
+        self._emb_spt = 2 * h * a * inv_bw / p.add_eff  # s/token of the embedding gather
+        self._small_spt = (2 * self._norm_spt  # two norms per layer
+                           + 2 * (heads + kvh) * hd * a * inv_bw / p.rope_eff  # q, k in + out
+                           + (up_out + inter) * a * inv_bw / p.act_eff  # act in + out
+                           + 3 * h * a * inv_bw / p.add_eff)  # s/token; add: 2 in + 1 out
+        self._small_fixed = 5 * p.small_fixed_s  # seconds: 2 norms, RoPE, act, add per layer
+        self._attn_fpp = 4.0 * heads * hd  # FLOPs per (query, key) pair per layer
+        self._attn_inv_c = 1.0 / (gpu.peak_tensor_flops * p.attn_prefill_eff)  # s/FLOP
+        self._attn_half = p.attn_prefill_half_tokens  # tokens
+        self._attn_fixed = p.attn_prefill_fixed_s  # seconds per layer
+        self._kv_bpt = 2 * kvh * hd * kv_dtype_bytes(deployment.kv_dtype)  # bytes/token/layer
+        self._kv_inv_large = inv_bw / p.attn_decode_eff_large  # s/byte
+        self._dec_small = p.attn_decode_eff_small  # fraction of peak
+        self._dec_span = p.attn_decode_eff_large - p.attn_decode_eff_small  # fraction of peak
+        self._dec_half = p.attn_decode_half_batch  # sequences
+        self._dec_fixed = p.attn_decode_fixed_s  # seconds per layer
+        lat, bus = p.allreduce.curve(tp)
+        self._ar_fixed = (p.allreduce_launch_s + lat) if tp > 1 else 0.0  # seconds
+        self._ar_spb = (2 * (tp - 1) / tp / bus) if tp > 1 else 0.0  # seconds per byte
+        self._hidden_bytes = h * a  # bytes of one token's hidden state
+        self._lm_gemm = self._gemm_consts(h, m.vocab_size / tp, a)  # lm_head stays fp16
+        self._vocab_bytes = m.vocab_size * a  # bytes of one sequence's logits
+
+    @staticmethod
+    def _gemm_consts(k: float, n_out: float, weight_bytes: float) -> tuple[float, float, float]:
+        """(FLOPs per token, weight bytes, activation bytes per token) of a k x n_out GEMM."""
+        return 2.0 * k * n_out, k * n_out * weight_bytes, (k + n_out) * ACT_DTYPE_BYTES
+
+    def _gemm_s(self, gemm: tuple[float, float, float], n: float) -> float:
+        fpt, w_bytes, a_bpt = gemm
+        compute = fpt * (n + self._half) * self._inv_c  # = flops / (peak * eff_c(n))
+        return max(compute, (w_bytes + a_bpt * n) * self._inv_w) + self._gemm_fixed
+
+    def dense_ops_s(self, num_tokens: float) -> dict[str, float]:
+        """Seconds of each kernel of one layer outside attention, by Vidur's mlp.csv op name;
+        they sum to `dense_layer_s` (slower: for fitting and reports, not the hot path)."""
+        p, inv_bw, a, n = self.params, self._inv_bw, ACT_DTYPE_BYTES, num_tokens
+        m, tp = self.deployment.model, self._tp
+        heads, kvh = m.num_attention_heads // tp, self.deployment.kv_heads_per_gpu
+        inter = m.intermediate_size / tp
+        up_out = (2 if m.gated_mlp else 1) * inter
+        norm = p.small_fixed_s + self._norm_spt * n
+        qkv, o, up, down = (self._gemm_s(g, n) for g in self._gemms)
+        return {"input_layernorm": norm, "attn_pre_proj": qkv,
+                "attn_rope": p.small_fixed_s + 2 * (heads + kvh) * m.head_dim * a * inv_bw
+                / p.rope_eff * n,
+                "attn_post_proj": o, "post_attention_layernorm": norm, "mlp_up_proj": up,
+                "mlp_act": p.small_fixed_s + (up_out + inter) * a * inv_bw / p.act_eff * n,
+                "mlp_down_proj": down,
+                "add": p.small_fixed_s + 3 * m.hidden_size * a * inv_bw / p.add_eff * n}
+
+    # ---- the StageTimes protocol ------------------------------------------------------------
+    def dense_layer_s(self, num_tokens: int) -> float:
+        """One layer outside attention at num_tokens tokens (4 GEMMs + 5 small kernels)."""
+        if num_tokens <= 0:
+            return 0.0
+        t = self._small_fixed + self._small_spt * num_tokens
+        for gemm in self._gemms:
+            t += self._gemm_s(gemm, num_tokens)
+        return t
+
+    def attn_prefill_layer_s(self, chunk_tokens: float, context_tokens: float) -> float:
+        """One layer's attention for one chunk of chunk_tokens after context_tokens cached."""
+        n = chunk_tokens
+        if n <= 0:
+            return 0.0
+        flops = self._attn_fpp * n * (context_tokens + (n + 1) * 0.5)
+        compute = flops * (n + self._attn_half) / n * self._attn_inv_c
+        memory = (context_tokens + n) * self._kv_bpt * self._kv_inv_large
+        return max(compute, memory) + self._attn_fixed
+
+    def _decode_s_per_kv_token(self, batch_size: float) -> float:
+        eff = self._dec_small + self._dec_span * batch_size / (batch_size + self._dec_half)
+        return self._kv_bpt * self._inv_bw / eff
+
+    def attn_decode_layer_s(self, batch_size: int, kv_tokens: float) -> float:
+        """One layer's decode attention of batch_size requests with kv_tokens context each."""
+        if batch_size <= 0:
+            return 0.0
+        return self._dec_fixed + batch_size * kv_tokens * self._decode_s_per_kv_token(batch_size)
+
+    def allreduce_s(self, size_bytes: float) -> float:
+        """One all-reduce of size_bytes over the TP group, launch included (0 at TP 1)."""
+        return self._ar_fixed + self._ar_spb * size_bytes if self._tp > 1 else 0.0
+
+    def step_fixed_s(self, num_seqs: int, num_sampled: int) -> float:
+        """Embedding and final norm (charged at num_seqs tokens), lm_head + logits gather +
+        sampler for num_sampled sequences, CPU/engine work."""
+        p = self.params
+        t = p.cpu_step_s + p.cpu_per_seq_s * num_seqs
+        if num_seqs > 0:
+            t += 2 * p.small_fixed_s + (self._emb_spt + self._norm_spt) * num_seqs
+        if num_sampled > 0:
+            t += self._gemm_s(self._lm_gemm, num_sampled)
+            t += p.sampler_fixed_s + p.sampler_per_seq_s * num_sampled
+            if self._tp > 1:
+                t += self.allreduce_s(self._vocab_bytes * num_sampled / self._tp)  # gather
+        return t
+
+    # ---- iterations -------------------------------------------------------------------------
+    @staticmethod
+    def split_sums(num_tokens: int, sum_context: int, sum_new_x_context: int,
+                   sum_new_squared: int, num_seqs: int) -> tuple[float, float, int, float]:
+        """(prefill chunk, its context, decode rows, decode KV tokens) from batch sums.
+
+        Exact when at most one row has more than one new token (decode rows compute 1 token);
+        several prefill chunks are merged into one chunk with the same sum of n_i (n_i - 1)."""
+        extra = sum_new_squared - num_tokens  # sum n_i (n_i - 1): 0 iff every row decodes
+        if extra <= 0:
+            return 0.0, 0.0, num_seqs, float(sum_context + num_tokens)
+        n = 0.5 + math.sqrt(0.25 + extra)
+        c = max(0.0, (sum_new_x_context - sum_context) / (n - 1.0))
+        kv = max(0.0, sum_context + num_tokens - c - n)
+        return n, c, max(num_seqs - 1, 0), kv
+
+    def _layers_s(self, num_tokens: int, attention_s: float) -> float:
+        ar = 2 * self.allreduce_s(self._hidden_bytes * num_tokens) if self._tp > 1 else 0.0
+        return self._layers * (self.dense_layer_s(num_tokens) + attention_s + ar)
+
+    def iteration_times_from_sums(self, num_tokens: int, sum_context: int, sum_new_x_context: int,
+                                  sum_new_squared: int, num_seqs: int, num_sampled: int,
+                                  num_iterations: int = 1) -> np.ndarray:
+        """Seconds of each iteration from batch sums (sum n_i, sum c_i, sum n_i*c_i,
+        sum n_i**2); iterations after the first decode one token per sequence, all sampled."""
+        out = np.empty(num_iterations)
+        if not num_tokens:
+            out[0] = self.params.cpu_step_s  # nothing to compute: no forward pass
+        else:
+            n, c, d, kv = self.split_sums(num_tokens, sum_context, sum_new_x_context,
+                                          sum_new_squared, num_seqs)
+            attn = self.attn_prefill_layer_s(n, c)
+            if d:
+                attn += self._dec_fixed + kv * self._decode_s_per_kv_token(d)
+            out[0] = self._layers_s(num_tokens, attn) + self.step_fixed_s(num_seqs, num_sampled)
+        if num_iterations == 1:
+            return out
+        b = num_seqs
+        if not b:
+            out[1:] = self.params.cpu_step_s  # an empty batch only pays the overhead
+            return out
+        kv_after = np.arange(1, num_iterations, dtype=np.float64) * b + (sum_context + num_tokens)
+        base = self._layers_s(b, self._dec_fixed) + self.step_fixed_s(b, b)
+        out[1:] = base + (self._layers * self._decode_s_per_kv_token(b)) * kv_after
+        return out
+
+    def iteration_times(self, num_new_tokens: Sequence[int], num_context_tokens: Sequence[int],
+                        num_sampled: int, num_iterations: int = 1) -> np.ndarray:
+        """`iteration_times_from_sums` from the per-request chunks of a step."""
+        n, c = tuple(num_new_tokens), tuple(num_context_tokens)
+        return self.iteration_times_from_sums(
+            sum(n), sum(c), sum(a * b for a, b in zip(n, c)), sum(a * a for a in n),
+            len(n), num_sampled, num_iterations)

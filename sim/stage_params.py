@@ -1,0 +1,103 @@
+"""Per-GPU parameters of the stage cost model (`sim/stage_model.py`); torch-free, no state.
+
+Each stage has its own efficiency (a fraction of the GPU's datasheet peak, `sim/hardware.py`)
+and a fixed cost per kernel or per layer that does NOT divide by tensor parallelism:
+
+  GEMM        max(flops / (peak * eff_c(n)), bytes / (bw * gemm_weight_eff)) + gemm_fixed_s,
+              eff_c(n) = gemm_compute_eff * n / (n + gemm_half_tokens)  (n = tokens);
+  small       norms, RoPE, activation, residual add: bytes / (bw * <kernel>_eff) + small_fixed_s;
+  prefill     attention: max(flops / (peak * eff_a(n)), kv bytes / (bw * eff_kv_large))
+              + attn_prefill_fixed_s, eff_a(n) = attn_prefill_eff * n / (n + half);
+  decode      attention: kv bytes / (bw * eff_kv(b)) + attn_decode_fixed_s, eff_kv(b) rising from
+              attn_decode_eff_small (batch -> 0) to attn_decode_eff_large (batch -> inf);
+  all-reduce  allreduce_launch_s + latency(w) + bytes * 2 (w - 1) / w / bus_bandwidth(w);
+  per step    sampler and CPU/engine costs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from sim.errors import ConfigError, check_fraction, check_positive
+
+EFFICIENCY_FIELDS = ("gemm_compute_eff", "gemm_weight_eff", "norm_eff", "rope_eff", "act_eff",
+                     "add_eff", "attn_prefill_eff", "attn_decode_eff_small",
+                     "attn_decode_eff_large")
+
+
+def _check_finite_nonneg(where: str, value: float, allow_zero: bool = True) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(where, value, "must be a finite number")
+    check_positive(where, value, allow_zero=allow_zero)
+
+
+@dataclass(frozen=True, slots=True)
+class AllReduceParams:
+    """Alpha-beta curves of one all-reduce per group size (NCCL ring / NVLS on one node)."""
+
+    num_workers: tuple[int, ...]  # GPUs in the group, ascending (e.g. 2, 4, 8)
+    latency_s: tuple[float, ...]  # seconds, fixed cost of one all-reduce per group size
+    bus_bandwidth: tuple[float, ...]  # bytes/s of NCCL "bus bandwidth" per group size
+
+    def __post_init__(self) -> None:
+        n = len(self.num_workers)
+        if n == 0 or len(self.latency_s) != n or len(self.bus_bandwidth) != n:
+            raise ConfigError("allreduce.num_workers", self.num_workers,
+                              "needs one latency_s and one bus_bandwidth per group size")
+        if list(self.num_workers) != sorted(set(self.num_workers)) or self.num_workers[0] < 2:
+            raise ConfigError("allreduce.num_workers", self.num_workers,
+                              "must be distinct ints >= 2, ascending")
+        for i in range(n):
+            _check_finite_nonneg(f"allreduce.latency_s[{i}]", self.latency_s[i])
+            _check_finite_nonneg(f"allreduce.bus_bandwidth[{i}]", self.bus_bandwidth[i],
+                                 allow_zero=False)
+
+    def curve(self, num_workers: int) -> tuple[float, float]:
+        """(latency_s, bus_bandwidth) for a group size: the listed one, else the nearest
+        listed size above it (or the largest listed)."""
+        for w, lat, bw in zip(self.num_workers, self.latency_s, self.bus_bandwidth):
+            if w >= num_workers:
+                return lat, bw
+        return self.latency_s[-1], self.bus_bandwidth[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class StageParams:
+    """How one GPU spends time per stage; see the module docstring for the formulas."""
+
+    gemm_compute_eff: float  # fraction of peak tensor FLOP/s large GEMMs reach
+    gemm_half_tokens: float  # tokens at which GEMM compute efficiency is half its maximum
+    gemm_weight_eff: float  # fraction of peak HBM bytes/s a GEMM streams its weights at
+    gemm_fixed_s: float  # seconds per GEMM kernel (launch, tail), independent of TP
+    norm_eff: float  # fraction of peak HBM bytes/s of an RMSNorm/LayerNorm kernel
+    rope_eff: float  # fraction of peak HBM bytes/s of the rotary-embedding kernel
+    act_eff: float  # fraction of peak HBM bytes/s of the MLP activation (SiLU*mul) kernel
+    add_eff: float  # fraction of peak HBM bytes/s of the residual-add kernel
+    small_fixed_s: float  # seconds per small (norm, RoPE, act, add, embedding) kernel
+    attn_prefill_eff: float  # max fraction of peak tensor FLOP/s of prefill attention
+    attn_prefill_half_tokens: float  # chunk tokens at which prefill attention eff is half max
+    attn_prefill_fixed_s: float  # seconds per layer of the prefill attention kernel
+    attn_decode_eff_small: float  # fraction of peak HBM bytes/s decode reads KV at, batch -> 0
+    attn_decode_eff_large: float  # fraction of peak HBM bytes/s decode reads KV at, batch -> inf
+    attn_decode_half_batch: float  # batch at which decode KV efficiency is halfway small->large
+    attn_decode_fixed_s: float  # seconds per layer of the decode attention kernel
+    allreduce: AllReduceParams  # NCCL all-reduce curves by group size
+    allreduce_launch_s: float  # seconds of host launch per all-reduce (Vidur adds 20 us)
+    sampler_fixed_s: float  # seconds per iteration of the sampler (softmax, top-k/p kernels)
+    sampler_per_seq_s: float  # seconds per sampled sequence per iteration in the sampler
+    cpu_step_s: float  # seconds of CPU/engine work per iteration (schedule, prepare, output)
+    cpu_per_seq_s: float  # seconds of CPU/engine work per scheduled sequence per iteration
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "allreduce":
+                if not isinstance(value, AllReduceParams):
+                    raise ConfigError("allreduce", value, "must be an AllReduceParams")
+            elif f.name in EFFICIENCY_FIELDS:
+                _check_finite_nonneg(f.name, value, allow_zero=False)
+                check_fraction(f.name, value)
+            else:
+                _check_finite_nonneg(f.name, value,
+                                     allow_zero=not f.name.endswith(("_tokens", "_batch")))
