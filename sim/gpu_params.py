@@ -1,7 +1,7 @@
 """Per-GPU `StageParams` for the stage cost model, each value with where it came from.
 
 A100-80GB is FITTED (`sim.stage_fit.fit_stage_params` from `FIT_START`, least squares on
-log-time; tests/wip_fidelity_stage.py refits and compares) on the shared
+log-time; tests/test_fidelity_stage.py refits and compares) on the shared
 A100 profile of Llama-2-7B at TP 1 (`../shared/data/profiles/a100/`: Vidur's mlp.csv rows at
 num_tensor_parallel_workers=1, the 47 attention_sample.csv rows, the intra-node all_reduce.csv
 curve). Every other GPU is DERIVED from that fit by `derive_params`:
