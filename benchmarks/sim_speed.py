@@ -5,6 +5,10 @@ Vidur, the strongest public peer, simulates about 1,000 requests per wall-second
 is at least 5,000 (the whole trace in under 4 s).
 
     python benchmarks/sim_speed.py [--policy orca] [--instances 1] [--repeat 3]
+        [--cost-model roofline|stage|profile]
+
+`--cost-model` picks `cluster.cost_model.kind` (default roofline, as before); `profile` reads
+the shared A100 profile (`../shared/data/profiles`, or $SIMSERVE_DATA_DIR/profiles).
 """
 
 from __future__ import annotations
@@ -18,9 +22,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.cluster import ClusterSpec, build_executors  # noqa: E402
 from sim.simulate import simulate  # noqa: E402
+from traces.paths import default_data_dir  # noqa: E402
 from traces.registry import load_trace, shared_trace_path  # noqa: E402
 
 VIDUR_REQ_PER_S = 1_000.0  # requests simulated per wall-second by Vidur on a comparable machine
+COST_MODELS = ("roofline", "stage", "profile")  # --cost-model choices (cluster.cost_model.kind)
+
+
+def cost_model_options(kind: str) -> dict:
+    """`cluster.cost_model` for a --cost-model choice."""
+    if kind == "roofline":
+        return {}
+    if kind == "stage":
+        return {"kind": "stage"}
+    return {"kind": "profile", "profiles": str(default_data_dir() / "profiles")}
 
 
 def main() -> None:
@@ -28,10 +43,13 @@ def main() -> None:
     ap.add_argument("--policy", default="orca")
     ap.add_argument("--instances", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3, help="runs; the best is reported")
+    ap.add_argument("--cost-model", choices=COST_MODELS, default="roofline",
+                    help="cluster.cost_model.kind (profile: the shared A100 profile)")
     args = ap.parse_args()
     trace = load_trace(shared_trace_path("azure_conv"))
     executors = build_executors(ClusterSpec(model="llama-2-7b", gpu="A100-80GB",
-                                            num_instances=args.instances))
+                                            num_instances=args.instances,
+                                            cost_model=cost_model_options(args.cost_model)))
     best = None
     for _ in range(args.repeat):
         t0 = time.perf_counter()
@@ -42,7 +60,7 @@ def main() -> None:
     wall, res = best
     s = res.summary
     print(f"trace: azure_conv, {len(trace)} requests; policy {args.policy}; "
-          f"{args.instances} x llama-2-7b on A100-80GB")
+          f"{args.instances} x llama-2-7b on A100-80GB; cost model {args.cost_model}")
     print(f"wall seconds:                   {wall:.2f}")
     print(f"simulated requests / wall-s:    {len(trace) / wall:,.0f} "
           f"({len(trace) / wall / VIDUR_REQ_PER_S:.1f}x Vidur's ~1,000)")

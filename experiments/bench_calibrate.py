@@ -2,8 +2,15 @@
 
     python -m experiments.bench_calibrate RESULT.json [RESULT2.json ...] --model llama-2-7b
         --gpu A100-80GB [--tp 1] [--policy vllm] [--param max_num_seqs=256 ...]
+        [--cost-model roofline|stage] [--stage-params FILE.json]
         [--fit step_overhead_s,per_seq_overhead_s] [--max-evals 40] [--ttft-weight 0.1]
         [--format vllm|sglang] [--seed N] [--out FILE]
+
+`--cost-model roofline` (default) fits the roofline's step_overhead_s and per_seq_overhead_s;
+`--cost-model stage` fits the stage model's host terms cpu_step_s and cpu_per_seq_s (add
+sampler_fixed_s / sampler_per_seq_s with --fit), on top of the GPU's parameters or of
+`--stage-params FILE` (`python -m experiments.fit_gpu`), and writes
+`cost_model: {kind: stage, cpu_step_s: ..., cpu_per_seq_s: ...}`.
 
 RESULT files come from `vllm bench serve --save-result --save-detailed` or SGLang's
 `bench_serving --output-file F --output-details` (`traces/bench_results.py`); several runs (say
@@ -21,7 +28,8 @@ from typing import Any, Sequence
 
 import yaml
 
-from sim.bench_fit import DEFAULT_FIT, FIT_PARAMS, TTFT_WEIGHT, BenchFit, fit_bench
+from sim.bench_fit import (DEFAULT_FIT, FIT_PARAMS, STAGE_DEFAULT_FIT, STAGE_FIT_PARAMS,
+                           TTFT_WEIGHT, BenchFit, fit_bench)
 from sim.cluster import ClusterSpec
 from sim.errors import ConfigError, TraceError
 from traces.bench_results import BenchResult, read_bench_result
@@ -46,7 +54,7 @@ def calibration_dict(fit: BenchFit, results: Sequence[BenchResult], cluster: Clu
     """The JSON written by --out."""
     return {
         "format": FORMAT, "version": FORMAT_VERSION,
-        "cost_model": dict(fit.overrides),
+        "cost_model": {**cluster.cost_model, **fit.overrides},
         "model": cluster.model, "gpu": cluster.gpu, "tensor_parallel": cluster.tensor_parallel,
         "policy": policy, "policy_params": params,
         "runs": [{"source": r.source, "format": r.format, "arrivals": r.arrivals,
@@ -81,8 +89,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default="vllm", help="the simulated policy (default vllm)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="policy parameter as the server ran, e.g. max_num_seqs=256")
-    p.add_argument("--fit", default=",".join(DEFAULT_FIT),
-                   help=f"comma-separated fields among {', '.join(FIT_PARAMS)}")
+    p.add_argument("--cost-model", choices=("roofline", "stage"), default="roofline",
+                   help="the cost model whose engine terms are fitted (default roofline)")
+    p.add_argument("--stage-params", default=None, metavar="FILE", help="stage parameter JSON "
+                   "(python -m experiments.fit_gpu) the stage fit starts from")
+    p.add_argument("--fit", default=None,
+                   help=f"comma-separated fields; roofline: among {', '.join(FIT_PARAMS)} "
+                   f"(default {','.join(DEFAULT_FIT)}); stage: among "
+                   f"{', '.join(STAGE_FIT_PARAMS)} (default {','.join(STAGE_DEFAULT_FIT)})")
     p.add_argument("--max-evals", type=int, default=40, help="simulations allowed (each runs "
                    "every result file)")
     p.add_argument("--ttft-weight", type=float, default=TTFT_WEIGHT, help="weight of the TTFT "
@@ -95,15 +109,26 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def cost_model_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`cluster.cost_model` of the fitted cluster: {} (roofline) or {kind: stage[, params]}."""
+    if args.cost_model == "roofline":
+        if args.stage_params is not None:
+            raise ConfigError("--stage-params", args.stage_params, "only with --cost-model stage")
+        return {}
+    return {"kind": "stage", **({"params": args.stage_params} if args.stage_params else {})}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        cluster = ClusterSpec(model=args.model, gpu=args.gpu, tensor_parallel=args.tp)
+        cluster = ClusterSpec(model=args.model, gpu=args.gpu, tensor_parallel=args.tp,
+                              cost_model=cost_model_options(args))
         params = parse_params(args.param)
         results = [read_bench_result(f, fmt=args.format, seed=args.seed) for f in args.results]
-        fit = fit_bench([r.trace for r in results], cluster, args.policy, params,
-                        [f.strip() for f in args.fit.split(",") if f.strip()], args.max_evals,
-                        ttft_weight=args.ttft_weight)
+        fields = None if args.fit is None else [f.strip() for f in args.fit.split(",")
+                                                if f.strip()]
+        fit = fit_bench([r.trace for r in results], cluster, args.policy, params, fields,
+                        args.max_evals, ttft_weight=args.ttft_weight)
     except (ConfigError, TraceError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -111,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{r.source}: {r.format}, {len(r.trace)} requests ({r.num_failed} failed), "
               f"arrivals {r.arrivals}")
     print(format_table(fit))
-    print(f"cost_model: {json.dumps(dict(fit.overrides))}  ({fit.num_evaluations} "
+    print(f"cost_model: {json.dumps({**cluster.cost_model, **fit.overrides})}  "
+          f"({fit.num_evaluations} "
           f"evaluations; {fit.message})")
     if args.out:
         data = calibration_dict(fit, results, cluster, args.policy, params)

@@ -24,14 +24,16 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from experiments.checks import check_cluster
 from experiments.config import ExperimentConfig, PolicyEntry
+from experiments.config_load import load_config
+from experiments.executors import build_executors
 from experiments.outdir import ResultsWriteError, prepare_out_dir
 from experiments.report import write_csv, write_json
 from experiments.workload import build_workload, load_base_trace
-from sim.cluster import build_executors
+from policies.simulate import simulate
 from sim.errors import ConfigError, TraceError, check_positive
 from sim.overhead import overhead_kwargs
-from sim.simulate import simulate
 from sim.slo import SLO, slo_summary, slo_violations
 
 PROBE_KEYS = ("completed", "rejected", "failed", "num_length_capped",
@@ -134,8 +136,6 @@ def check_retimable(cfg: ExperimentConfig) -> SLO:
 def run_capacity(cfg: ExperimentConfig, out_dir: Path, search: SearchConfig = SearchConfig(),
                  *, progress: bool = True) -> list[dict[str, Any]]:
     """Search every policy's capacity; write the results as each policy finishes."""
-    from experiments.run import check_cluster
-
     slo = check_retimable(cfg)
     for i, entry in enumerate(cfg.policies):
         entry.resolve(f"policies[{i}]")
@@ -200,8 +200,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from experiments.run import load_config
-
     args = parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)

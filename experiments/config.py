@@ -182,13 +182,13 @@ def experiment_from_dict(raw: object, default_name: str) -> ExperimentConfig:
 
 def cluster_from_dict(value: object, where: str = "cluster") -> ClusterSpec:
     """A ClusterSpec whose model and GPU are known (built-in, or a model config path)."""
-    from sim.hardware import get_gpu
+    from sim.gpu_file import resolve_gpu
     from sim.models import resolve_model
 
     spec: ClusterSpec = build(ClusterSpec, where, mapping(where, value), "cluster.")
     try:
         resolve_model(spec.model)
-        get_gpu(spec.gpu)
+        resolve_gpu(spec.gpu)  # a built-in name or a GPU file (docs/hardware.md)
     except ConfigError as err:
         raise rebase(where, err) from None
     return spec

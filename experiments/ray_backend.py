@@ -11,22 +11,23 @@ Install with `pip install -e ".[ray]"`.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Iterator
+from typing import Callable, Iterator, TypeVar
 
 from sim.errors import ConfigError
 
-if TYPE_CHECKING:
-    from experiments.config import ExperimentConfig
-    from experiments.sweep import RunOutput, RunSpec
+Cfg = TypeVar("Cfg")  # the experiment config (experiments.config.ExperimentConfig)
+Spec = TypeVar("Spec")  # one run (experiments.sweep.RunSpec)
+Out = TypeVar("Out")  # what a run returns (experiments.sweep.RunOutput)
 
 
-def ray_outputs(cfg: "ExperimentConfig", specs: list["RunSpec"]) -> Iterator["RunOutput"]:
-    """Submit one Ray task per run; yield outputs in completion order."""
+def ray_outputs(simulate_run: Callable[[Cfg, Spec], Out], cfg: Cfg,
+                specs: list[Spec]) -> Iterator[Out]:
+    """Submit one Ray task `simulate_run(cfg, spec)` per run (experiments.sweep passes its
+    own, so the two modules do not import each other); yield outputs in completion order."""
     try:
         import ray
     except ImportError:
         raise ConfigError("--ray", True, "Ray is not installed: pip install -e '.[ray]'") from None
-    from experiments.sweep import simulate_run
 
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,

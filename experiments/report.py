@@ -16,17 +16,20 @@ from sim.simulate import RunResult
 
 RUN_TABLES = ("records", "steps", "instances", "events")  # RunResult frames -> <name>.parquet
 
-# (column header, summary key, scale, format) of the console table
+# (column header, summary key, scale, format) of the console table: one unit, every latency in
+# seconds; a column whose key no row has (goodput without --goodput) is left out
+TABLE_UNIT_NOTE = "latencies in s, throughputs per s"
 TABLE_COLUMNS: tuple[tuple[str, str, float, str], ...] = (
     ("req/s", "request_throughput", 1.0, ".3f"),
+    ("goodput req/s", "request_goodput", 1.0, ".3f"),
     ("out tok/s", "output_throughput", 1.0, ".1f"),
     ("tot tok/s", "total_token_throughput", 1.0, ".1f"),
     ("E2E s", "mean_e2e_s", 1.0, ".2f"),
     ("p99 E2E s", "p99_e2e_s", 1.0, ".2f"),
     ("TTFT s", "mean_ttft_s", 1.0, ".3f"),
     ("p99 TTFT s", "p99_ttft_s", 1.0, ".3f"),
-    ("TPOT ms", "mean_tpot_s", 1e3, ".1f"),
-    ("p99 ITL ms", "p99_itl_s", 1e3, ".1f"),
+    ("TPOT s", "mean_tpot_s", 1.0, ".4f"),
+    ("p99 ITL s", "p99_itl_s", 1.0, ".4f"),
     ("done", "completed", 1.0, ".0f"),
     ("rej", "rejected", 1.0, ".0f"),
     ("fail", "failed", 1.0, ".0f"),
@@ -130,7 +133,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> st
     if not rows:
         return "(no runs)"
     frame = pd.DataFrame(list(rows))
-    keys = [key for _, key, _, _ in TABLE_COLUMNS]
+    columns = [c for c in TABLE_COLUMNS if c[1] in frame.columns]
+    keys = [key for _, key, _, _ in columns]
     grouped = frame.groupby(["label", "rate"], dropna=False, sort=False)[keys].mean()
     lines = []
     for label in labels:
@@ -138,10 +142,10 @@ def format_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> st
             if lab != label:
                 continue
             cells = {head: _cell(values[key], scale, fmt)
-                     for head, key, scale, fmt in TABLE_COLUMNS}
+                     for head, key, scale, fmt in columns}
             rate_cell = "trace" if pd.isna(rate) else f"{rate:g}"
             lines.append({"policy": label, "rate": rate_cell, **cells})
-    return pd.DataFrame(lines).to_string(index=False)
+    return f"({TABLE_UNIT_NOTE})\n" + pd.DataFrame(lines).to_string(index=False)
 
 
 def run_line(row: Mapping[str, Any], wall_s: float) -> str:

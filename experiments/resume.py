@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from sim.errors import TraceError
 
-RESULT_SCHEMA_VERSION = 2  # bump whenever records / steps / summary columns change
+RESULT_SCHEMA_VERSION = 3  # bump whenever records / steps / summary columns change
 SUMMARY_KEYS = ("num_requests", "completed", "request_throughput")  # a summary.json must have
 
 
@@ -58,8 +58,10 @@ def referenced_files(cluster: Mapping[str, Any]) -> dict[str, str]:
     path, a draft model's, cost-model and scheduling-overhead calibrations), keyed by field, so
     a file edited in place makes its runs stale. Built-in names are not files: skipped."""
     found: dict[str, str] = {}
+    cost = cluster.get("cost_model") or {}
     candidates = {"model": cluster.get("model"), "draft_model": cluster.get("draft_model"),
-                  "cost_model.calibration": (cluster.get("cost_model") or {}).get("calibration"),
+                  "gpu": cluster.get("gpu"), "cost_model.calibration": cost.get("calibration"),
+                  "cost_model.params": cost.get("params"),
                   "scheduling_overhead.calibration":
                       (cluster.get("scheduling_overhead") or {}).get("calibration")}
     for field, value in candidates.items():
@@ -70,6 +72,14 @@ def referenced_files(cluster: Mapping[str, Any]) -> dict[str, str]:
             path = path / "config.json"
         if path.is_file():
             found[field] = file_digest(path)
+    profiles = cost.get("profiles")
+    if isinstance(profiles, str) and Path(profiles).exists():  # a folder of tables, or one file
+        root = Path(profiles)
+        files = sorted(root.rglob("*")) if root.is_dir() else [root]
+        for path in files:
+            if path.is_file() and path.suffix in (".csv", ".json"):
+                found[f"cost_model.profiles/{path.relative_to(root) if root.is_dir() else ''}"] = \
+                    file_digest(path)
     return found
 
 

@@ -23,31 +23,17 @@ from tqdm import tqdm
 
 from experiments.config import ExperimentConfig
 from experiments.config_load import apply_overrides, load_config  # noqa: F401 (re-exported)
-from experiments.config_checks import rebase
+from experiments.checks import check_cluster  # noqa: F401 (re-exported)
 from experiments.outdir import ResultsWriteError, check_dir_name, prepare_out_dir, writing
 from experiments.report import (bad_fraction, catalogue, format_table, rejection_warnings,
                                 run_line, write_json, write_summaries)
 from experiments.sweep import (RunSpec, check_finished, check_jobs, expand, iter_outputs,
                                persist, preload, record_failures)
 from experiments.workload import trace_path
-from sim.cluster import ClusterSpec, build_executors
 from sim.errors import ConfigError, TraceError
-from sim.limits import resolve_max_model_len
 
 
 # ---- the sweep ------------------------------------------------------------------------------
-def check_cluster(spec: ClusterSpec, where: str = "cluster") -> None:
-    """Build the executors once so that cost-model errors surface before any run."""
-    try:
-        if spec.backend == "real":  # building loads a model: check its options only
-            from real.options import check_real_cluster
-            check_real_cluster(spec)
-        else:
-            resolve_max_model_len(build_executors(spec), spec.max_model_len)
-    except ConfigError as err:
-        raise rebase(where, err) from None
-
-
 def run_sweep(cfg: ExperimentConfig, out_dir: Path, *, progress: bool = True, jobs: int = 1,
               use_ray: bool = False) -> list[dict]:
     """Run every (rate, seed, policy) not already finished; persist each run as it lands."""
@@ -145,7 +131,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "written")
     parser.add_argument("--capacity", action="store_true", help="search each policy's highest "
                         "rate meeting the config's slo: (see python -m experiments.capacity -h)")
+    vllm = parser.add_argument_group(
+        "vLLM benchmark conventions", "each run also writes bench.json, the JSON of `vllm bench "
+        "serve --save-result` (same keys, latencies in ms; experiments/vllm_bench.py)")
+    vllm.add_argument("--percentile-metrics", default=None, metavar="M,M",
+                      help="metrics given mean/median/std/percentile keys: ttft,tpot,itl,e2el "
+                      "(default: all four)")
+    vllm.add_argument("--metric-percentiles", default=None, metavar="P,P",
+                      help="percentiles of those metrics, e.g. 50,90,99 (the default)")
+    vllm.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
+                      help="SLOs in ms for request_goodput (completed requests meeting all of "
+                      "them per second), e.g. --goodput ttft:200 tpot:50 e2el:20000")
     args = parser.parse_args(argv)
+    from experiments.vllm_bench import parse_options
+    try:
+        args.bench = parse_options(args.percentile_metrics, args.metric_percentiles,
+                                   args.goodput)
+    except ConfigError as exc:
+        parser.error(str(exc))
     if not args.list and args.config is None:
         parser.error("a CONFIG file is required (or --list)")
     if args.strict is not None and not 0 <= args.strict <= 1:
@@ -182,6 +185,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print("interrupted; finished runs are already written", file=sys.stderr)
         return 128 + getattr(exc, "signum", 2)
+    from experiments.vllm_bench import rewrite_bench
+    try:  # every run's bench.json with this command's --percentile-metrics/... (reused too)
+        rows = rewrite_bench(out_dir, rows, args.bench)
+        if args.bench.goodput:
+            write_summaries(out_dir, rows)
+    except ResultsWriteError as exc:
+        print(f"error: {exc} (every run is on disk)", file=sys.stderr)
+        return 1
     table = format_table(rows, [entry.label for entry in cfg.policies])
     warnings = rejection_warnings(rows)
     try:

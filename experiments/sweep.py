@@ -31,6 +31,7 @@ from experiments.pool import completed
 from experiments.report import plain, run_id, summary_row, table_rows, write_json, write_run
 from experiments.resume import (RESULT_SCHEMA_VERSION, NotReusable, file_digest,
                                 referenced_files, reusable_summary, simulator_version)
+from experiments.vllm_bench import BenchOptions, write_bench
 from experiments.workload import build_workload, load_base_trace, trace_path
 from sim.errors import ConfigError, TraceError
 from sim.simulate import RunResult
@@ -159,7 +160,7 @@ def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
 
 def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
               on_done: Callable[[int], None] | None) -> RunResult:
-    from sim.cluster import build_executors
+    from experiments.executors import build_executors
     from sim.overhead import overhead_kwargs
     from sim.simulate import simulate
     from sim.slo import slo_summary
@@ -196,6 +197,7 @@ def persist(out_dir: Path, cfg: ExperimentConfig, out: RunOutput,
                     "params": dataclasses.asdict(spec.resolved), "rate": spec.rate,
                     "seed": spec.seed, "num_requests": out.num_requests, "wall_s": out.wall_s,
                     "cluster": dataclasses.asdict(cfg.cluster_for(spec.entry))}})
+        write_bench(tmp, BenchOptions(), out.result.records)  # vllm bench serve's JSON
         with writing(final):
             if final.exists():
                 shutil.rmtree(final)
@@ -232,7 +234,7 @@ def iter_outputs(cfg: ExperimentConfig, specs: list[RunSpec], jobs: int, use_ray
     """Run `specs` inline, in a process pool, or on Ray; yield outputs as they complete."""
     if use_ray:
         from experiments.ray_backend import ray_outputs
-        yield from ray_outputs(cfg, specs)
+        yield from ray_outputs(simulate_run, cfg, specs)
     elif jobs <= 1:
         for spec in specs:
             with tqdm(total=None, desc=spec.name, unit="req", leave=False,

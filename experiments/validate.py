@@ -125,8 +125,8 @@ def validate_policy(entry: PolicyEntry, trace: pd.DataFrame, executor: Any, cali
     from real.compare import (abs_rel_stats, metric_errors, same_shape_pairs,
                               step_errors_by_order)
     from real.replay import replay
+    from policies.simulate import simulate
     from sim.calibrated import load_calibrated_executor
-    from sim.simulate import simulate
 
     res: dict[str, Any] = {"metrics": [], "steps": [], "pairs": {}, "records": {}}
     start = time.perf_counter()
@@ -160,8 +160,8 @@ def validate_policy(entry: PolicyEntry, trace: pd.DataFrame, executor: Any, cali
 def run_validation(cfg: ExperimentConfig, opts: ValidateOptions, out: Path,
                    calibration: str | None = None) -> dict[str, Any]:
     """The whole validation; writes OUT and returns what validation.json holds."""
+    from experiments.executors import build_executors
     from real.plots import latency_cdfs, step_scatter
-    from sim.cluster import build_executors
 
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)

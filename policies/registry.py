@@ -17,7 +17,7 @@ from sim.executor import InstanceInfo
 from sim.field_types import check_fields
 from sim.recorder import Recorder
 
-from policies.base import Policy, PolicyConfig
+from policies.base import Policy, PolicyConfig, PolicyFactory
 
 # policy name -> module that registers it (imported lazily)
 BUILTIN_POLICIES: dict[str, str] = {
@@ -85,6 +85,16 @@ def make_config(cls: type[Policy], params: Mapping[str, Any] | None,
         return cls.Config(**params)
     except TypeError as exc:
         raise ConfigError(where, params, str(exc)) from exc
+
+
+def policy_factory(name: str, params: Mapping[str, Any] | None, seed: int = 0) -> PolicyFactory:
+    """What sim.simulate.run_simulation takes: builds policy `name` with `params` (checked when
+    called, as build_policy checks them) for the run's instances and recorder."""
+
+    def make(instances: Sequence[InstanceInfo], recorder: Recorder) -> Policy:
+        return build_policy(name, params, instances, recorder, seed)
+
+    return make
 
 
 def build_policy(name: str, params: Mapping[str, Any] | None,

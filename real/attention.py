@@ -14,7 +14,6 @@ the layers never synchronize with the host.
 from __future__ import annotations
 
 import importlib.util
-import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,7 +22,6 @@ import torch
 
 from sim.errors import ConfigError
 
-log = logging.getLogger(__name__)
 PAGED_BLOCK_MULTIPLE = 256  # tokens: flash kernels read paged KV only with such block sizes
 
 
@@ -140,14 +138,3 @@ def resolve_backend_name(requested: str, device: torch.device, dtype: torch.dtyp
                           f"usable: {', '.join(usable)}")
     return requested
 
-
-def make_backend(name: str, block_size: int) -> AttentionBackend:
-    """The backend object for a resolved name."""
-    if name == "sdpa":
-        from real.attn_sdpa import SdpaBackend
-        backend: AttentionBackend = SdpaBackend()
-    else:
-        from real.attn_varlen import VarlenBackend
-        backend = VarlenBackend(name, block_size)
-    log.info("attention backend: %s (block size %d)", backend.name, block_size)
-    return backend

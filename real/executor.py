@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from real.attention import default_block_size, make_backend, resolve_backend_name
+from real.attention import default_block_size, resolve_backend_name
+from real.attn_backends import make_backend
 from real.kv_cache import KVCacheOOM, PagedKVCache
 from real.memory import check_fits, dtype_name, num_kv_blocks, resolve_device, resolve_dtype
 from real.runner import ModelRunner

@@ -1,8 +1,10 @@
-"""Fitting the roofline's engine terms to a real serving benchmark (vllm bench serve, SGLang).
+"""Fitting a cost model's engine terms to a real serving benchmark (vllm bench serve, SGLang).
 
 The benchmark's requests (a trace with `measured_ttft_s` and `measured_tpot_s` columns, as
 `traces.bench_results` reads them) are replayed through `sim.simulate.simulate` on a cluster's
-cost-model executors under a policy, and the chosen `CostModelConfig` fields are fitted by
+cost-model executors under a policy, and the chosen fields (`sim.bench_params`: the roofline's
+`CostModelConfig` overheads, or with `cost_model: {kind: stage}` the stage model's host terms
+cpu_step_s / cpu_per_seq_s / sampler_*, passed as `cluster.cost_model` overrides) are fitted by
 `scipy.optimize.least_squares` (trust region with bounds). Residuals are sums, not single
 requests: a request's own TTFT jumps by up to an iteration when a parameter moves its arrival
 across an iteration boundary, and a short request's TPOT jumps when another prefill lands in
@@ -15,7 +17,9 @@ forward differences of 10% (at least a fixed step per field), large enough to st
 jumps. Each evaluation simulates every run, so the search is capped at `max_evaluations` and
 the best point seen is kept.
 
-What the data can pin down: `step_overhead_s` (every step), `per_seq_overhead_s` (needs batch
+What the data can pin down (roofline names; the stage model's cpu_step_s and cpu_per_seq_s
+behave as the two overheads, sampler_per_seq_s is nearly collinear with cpu_per_seq_s):
+`step_overhead_s` (every step), `per_seq_overhead_s` (needs batch
 sizes that vary: fit several runs at different request rates together), `compute_efficiency`
 (TTFTs of varied prompt lengths) and `memory_efficiency` (decode; separable from
 `step_overhead_s` only through the KV reads that grow with context, so it trades off with it
@@ -34,13 +38,16 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from sim.bench_params import (DEFAULT_FIT, FIT_PARAMS, STAGE_DEFAULT_FIT, STAGE_FIT_PARAMS,
+                              FitParam, FitSpace, fit_space)
 from sim.bench_replay import ErrorStats, check_trace, error_stats, finished, replay
 from sim.cluster import ClusterSpec
-from sim.cost_model import CostModelConfig
 from sim.errors import ConfigError
 
+__all__ = ["BenchFit", "DEFAULT_FIT", "FIT_PARAMS", "STAGE_DEFAULT_FIT", "STAGE_FIT_PARAMS",
+           "FitParam", "fit_bench", "quantile_bins"]
+
 MISSING_PENALTY = 1.0  # residual of a request the simulation did not finish
-DEFAULT_FIT = ("step_overhead_s", "per_seq_overhead_s")  # fitted unless told otherwise
 REL_STEP = 0.1  # finite-difference step relative to the variable (at least FitParam.min_step)
 TTFT_BINS = 8  # prompt-length bins whose summed TTFT is fitted
 TPOT_BINS = 12  # arrival-time bins whose summed decode time is fitted
@@ -48,54 +55,20 @@ TTFT_WEIGHT = 0.1  # default weight of the TTFT residuals against the decode-tim
 
 
 @dataclass(frozen=True)
-class FitParam:
-    """How one CostModelConfig field maps to an optimizer variable."""
-
-    to_var: str  # "ms": variable = seconds * 1e3 | "log": variable = ln(value)
-    lower: float  # field's lowest value (seconds or fraction)
-    upper: float  # field's highest value (seconds or fraction)
-    min_step: float  # smallest finite-difference step, in variable units (ms, or ln units)
-    typical: float  # a typical change of the variable (the optimizer's x_scale)
-
-    def __post_init__(self) -> None:
-        if self.to_var not in ("ms", "log"):
-            raise ConfigError("to_var", self.to_var, "one of ms, log")
-        if not (self.min_step > 0 and self.typical > 0):
-            raise ConfigError("min_step/typical", (self.min_step, self.typical), "must be > 0")
-        if not 0 <= self.lower < self.upper:
-            raise ConfigError("lower", (self.lower, self.upper), "need 0 <= lower < upper")
-
-    def var(self, value: float) -> float:
-        """Optimizer variable for a field value."""
-        return value * 1e3 if self.to_var == "ms" else math.log(value)
-
-    def value(self, var: float) -> float:
-        """Field value for an optimizer variable."""
-        return var * 1e-3 if self.to_var == "ms" else math.exp(var)
-
-
-FIT_PARAMS: Mapping[str, FitParam] = MappingProxyType({
-    "step_overhead_s": FitParam("ms", 0.0, 0.5, 0.5, 5.0),
-    "per_seq_overhead_s": FitParam("ms", 0.0, 0.05, 0.05, 0.1),
-    "compute_efficiency": FitParam("log", 0.02, 1.0, 0.1, 0.5),
-    "memory_efficiency": FitParam("log", 0.05, 1.0, 0.1, 0.5),
-})
-
-
-@dataclass(frozen=True)
 class BenchFit:
     """A fit's result: cost-model overrides and the error before and after."""
 
-    overrides: Mapping[str, float]  # fitted CostModelConfig fields (seconds / fractions)
+    overrides: Mapping[str, float]  # fitted cost-model fields (seconds / fractions)
     before: ErrorStats  # with the cluster's own cost model
     after: ErrorStats  # with `overrides` applied
     num_evaluations: int  # simulations run
     message: str  # the optimizer's stopping reason
 
     def __post_init__(self) -> None:
-        unknown = [k for k in self.overrides if k not in FIT_PARAMS]
+        known = (*FIT_PARAMS, *STAGE_FIT_PARAMS)
+        unknown = [k for k in self.overrides if k not in known]
         if unknown:
-            raise ConfigError("overrides", unknown, f"fittable: {', '.join(FIT_PARAMS)}")
+            raise ConfigError("overrides", unknown, f"fittable: {', '.join(known)}")
         object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
 
 
@@ -107,12 +80,13 @@ class _Objective:
     """Residuals of a parameter vector over every trace, counting and caching simulations."""
 
     def __init__(self, traces: Sequence[pd.DataFrame], cluster: ClusterSpec, policy: str,
-                 policy_params: Mapping[str, Any] | None, names: Sequence[str], seed: int,
-                 max_evaluations: int, ttft_weight: float) -> None:
+                 policy_params: Mapping[str, Any] | None, names: Sequence[str],
+                 table: Mapping[str, FitParam], seed: int, max_evaluations: int,
+                 ttft_weight: float) -> None:
         self.traces = traces  # the benchmark runs fitted together
         self.run = (cluster, policy, policy_params, seed)  # what replay() needs besides a trace
-        self.names = tuple(names)  # fitted CostModelConfig fields
-        self.params = [FIT_PARAMS[k] for k in names]  # their variable mappings
+        self.names = tuple(names)  # fitted cost-model fields
+        self.params = [table[k] for k in names]  # their variable mappings
         self.bins = [(quantile_bins(t["prompt_tokens"].to_numpy(), TTFT_BINS),
                       quantile_bins(t["arrival_s"].to_numpy(), TPOT_BINS)) for t in traces]
         self.max_evaluations = max_evaluations  # simulations of all traces allowed
@@ -122,7 +96,7 @@ class _Objective:
         self._last: tuple[bytes, np.ndarray] | None = None  # the last x and its residuals
 
     def overrides(self, x: np.ndarray) -> dict[str, float]:
-        """CostModelConfig overrides for a variable vector."""
+        """Cost-model overrides for a variable vector."""
         return {k: float(p.value(v)) for k, p, v in zip(self.names, self.params, x)}
 
     def records(self, overrides: Mapping[str, float] | None) -> list[pd.DataFrame]:
@@ -148,11 +122,12 @@ class _Objective:
 
 def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpec,
               policy: str = "vllm", policy_params: Mapping[str, Any] | None = None,
-              fit: Sequence[str] = DEFAULT_FIT, max_evaluations: int = 40,
+              fit: Sequence[str] | None = None, max_evaluations: int = 40,
               seed: int = 0, ttft_weight: float = TTFT_WEIGHT) -> BenchFit:
-    """Fit the `fit` fields of the cluster's CostModelConfig to the measured TTFT and TPOT of
-    one benchmark run or several (e.g. one per request rate: varied load separates the
-    per-step from the per-sequence overhead). One evaluation simulates every run."""
+    """Fit the `fit` fields of the cluster's cost model (default: its kind's per-step and
+    per-sequence overheads, `sim.bench_params`) to the measured TTFT and TPOT of one benchmark
+    run or several (e.g. one per request rate: varied load separates the per-step from the
+    per-sequence overhead). One evaluation simulates every run."""
     from scipy.optimize import least_squares  # lazy: scipy comes with scikit-learn
 
     runs = [traces] if isinstance(traces, pd.DataFrame) else list(traces)
@@ -160,20 +135,17 @@ def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpe
         raise ConfigError("traces", runs, "need at least one benchmark run")
     for t in runs:
         check_trace(t)
-    names = _check_fit(fit, max_evaluations)
-    try:
-        base = CostModelConfig(**dict(cluster.cost_model))
-    except TypeError as exc:
-        raise ConfigError("cluster.cost_model", dict(cluster.cost_model), str(exc)) from exc
-    x0, lower, upper = _start(names, base)
+    space = fit_space(cluster)
+    names = _check_fit(space.default_fit if fit is None else fit, max_evaluations, space)
+    x0, lower, upper = _start(names, space)
     if not (isinstance(ttft_weight, (int, float)) and 0 <= ttft_weight < math.inf):
         raise ConfigError("ttft_weight", ttft_weight, "must be a number >= 0")
-    objective = _Objective(runs, cluster, policy, policy_params, names, seed, max_evaluations,
-                           float(ttft_weight))
+    objective = _Objective(runs, cluster, policy, policy_params, names, space.table, seed,
+                           max_evaluations, float(ttft_weight))
     before_records = objective.records(None)
     before = _stats(runs, before_records)
-    if "step_overhead_s" in names:  # start where the median TPOT gap puts it
-        j = names.index("step_overhead_s")
+    if space.step_field in names:  # start where the median TPOT gap puts it (ms variable)
+        j = names.index(space.step_field)
         gap = _tpot_gap(runs, before_records)
         x0[j] = np.clip(x0[j] + gap * 1e3, lower[j], upper[j])
     message = "evaluation budget spent"
@@ -204,10 +176,11 @@ def _tpot_gap(traces: Sequence[pd.DataFrame], records: Sequence[pd.DataFrame]) -
     return float(np.median(gaps)) if gaps.size else 0.0
 
 
-def _check_fit(fit: Sequence[str], max_evaluations: int) -> list[str]:
+def _check_fit(fit: Sequence[str], max_evaluations: int, space: FitSpace) -> list[str]:
     names = list(fit)
-    if not names or len(set(names)) != len(names) or any(k not in FIT_PARAMS for k in names):
-        raise ConfigError("fit", names, f"distinct names among {', '.join(FIT_PARAMS)}")
+    if not names or len(set(names)) != len(names) or any(k not in space.table for k in names):
+        raise ConfigError("fit", names, f"distinct names among {', '.join(space.table)} "
+                                        f"(the {space.family} cost model's fittable fields)")
     if isinstance(max_evaluations, bool) or not isinstance(max_evaluations, int) \
             or max_evaluations < len(names) + 1:
         raise ConfigError("max_evaluations", max_evaluations,
@@ -232,13 +205,13 @@ def _forward_jacobian(fun: Any, x: np.ndarray, params: Sequence[FitParam],
     return np.stack(cols, axis=1)
 
 
-def _start(names: Sequence[str], base: CostModelConfig
+def _start(names: Sequence[str], space: FitSpace
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Start (the base config's values, inside the bounds) and bounds of the variables."""
-    params = [FIT_PARAMS[k] for k in names]
+    """Start (the cost model's own values, inside the bounds) and bounds of the variables."""
+    params = [space.table[k] for k in names]
     lower = np.array([p.var(p.lower) for p in params])
     upper = np.array([p.var(p.upper) for p in params])
-    x0 = np.array([p.var(min(max(getattr(base, k), p.lower), p.upper))
+    x0 = np.array([p.var(min(max(space.start[k], p.lower), p.upper))
                    for k, p in zip(names, params)])
     return np.clip(x0, lower + 1e-9 * (upper - lower), upper), lower, upper
 

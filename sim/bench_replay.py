@@ -2,8 +2,10 @@
 
 `replay` runs a benchmark trace (`traces.bench_results`: schema columns plus `measured_ttft_s`,
 `measured_tpot_s`) through `sim.simulate.simulate` on a cluster's cost-model executors, with
-`CostModelConfig` overrides; `error_stats` compares the simulated per-request TTFT and TPOT with
-the measured ones (errors are simulated / measured - 1). `sim.bench_fit` fits the overrides.
+cost-model overrides (roofline `CostModelConfig` fields, or StageParams fields with
+`kind: stage` / `profile`, merged into `cluster.cost_model`); `error_stats` compares the
+simulated per-request TTFT and TPOT with the measured ones (errors are simulated / measured - 1).
+`sim.bench_fit` fits the overrides.
 """
 
 from __future__ import annotations

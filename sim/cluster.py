@@ -2,14 +2,15 @@
 
 `backend: sim` (default) models step times with the roofline cost model, or with a calibrated
 one when `cost_model: {calibration: FILE}` names a `python -m real.calibrate` file
-(`sim/calibrated.py`); `backend: real` runs the torch engine (`real/`, options in `real:`), which
-is imported only then.
+(`sim/calibrated.py`); `backend: real` runs the torch engine (`real/`, options in `real:`), whose
+builder `experiments.executors.build_executors` passes in (sim/ imports nothing from real/).
+`gpu` names a built-in GPU or a GPU file (`sim/gpu_file.py`, docs/hardware.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from sim.cost_model import CostModelConfig
 from sim.cost_model_choice import CHOICE_KEYS
@@ -27,10 +28,10 @@ class ClusterSpec:
     """What is served, on what, and how many copies."""
 
     model: str = "llama-2-7b"  # built-in model name or path to a HF config.json / model dir
-    gpu: str = "A100-80GB"  # built-in GPU name
+    gpu: str = "A100-80GB"  # built-in GPU name or a GPU file (.yaml / .json, docs/hardware.md)
     num_instances: int = 1  # model replicas, each with its own executor and KV cache
     tensor_parallel: int = 1  # GPUs per instance
-    weight_dtype: str = "fp16"  # fp16 | bf16 | int8 | int4
+    weight_dtype: str = "fp16"  # fp16 | bf16 | fp8 (GPUs with fp8 tensor cores) | int8 | int4
     kv_dtype: str = "fp16"  # fp16 | bf16 | fp8 | int8
     gpu_memory_utilization: float = 0.9  # fraction of GPU memory for weights + KV + activations
     cost_model: Mapping[str, Any] = field(default_factory=dict)  # kind, options (cost_model_choice)
@@ -71,14 +72,18 @@ class ClusterSpec:
         check_fields(SchedulingOverhead, "cluster.scheduling_overhead", self.scheduling_overhead)
 
 
-def build_executors(spec: ClusterSpec) -> list:
-    """One executor per instance: cost-model ones share one immutable cost model."""
+def build_executors(spec: ClusterSpec,
+                    real: Callable[[ClusterSpec], list] | None = None) -> list:
+    """One executor per instance: cost-model ones share one immutable cost model. `backend:
+    real` needs the torch engine's builder `real` (sim/ does not import real/): use
+    experiments.executors.build_executors, which passes it."""
     if spec.instances:
         return build_heterogeneous(spec, build_executors)
     if spec.backend == "real":
-        from real.options import build_real_executors  # lazy: torch only for this backend
-
-        return build_real_executors(spec)
+        if real is None:
+            raise ConfigError("cluster.backend", spec.backend, "the torch engine's executors are "
+                              "built by experiments.executors.build_executors")
+        return real(spec)
     if "calibration" in spec.cost_model:
         from sim.calibrated import build_calibrated_executors
 
@@ -87,11 +92,11 @@ def build_executors(spec: ClusterSpec) -> list:
     from sim.cost_model import DeploymentSpec
     from sim.cost_model_choice import build_cost_model, roofline_config
     from sim.draft import build_draft
-    from sim.hardware import get_gpu
+    from sim.gpu_file import resolve_gpu
     from sim.models import resolve_model
 
     cost_config = roofline_config(spec.cost_model)  # ConfigError naming a bad key
-    deployment = DeploymentSpec(model=resolve_model(spec.model), gpu=get_gpu(spec.gpu),
+    deployment = DeploymentSpec(model=resolve_model(spec.model), gpu=resolve_gpu(spec.gpu),
                                 tensor_parallel=spec.tensor_parallel,
                                 weight_dtype=spec.weight_dtype, kv_dtype=spec.kv_dtype,
                                 gpu_memory_utilization=spec.gpu_memory_utilization)

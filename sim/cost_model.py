@@ -5,6 +5,7 @@ bytes / (bandwidth * memory_eff)):
   dense      linear layers: 2 FLOPs per weight per token (+ the lm_head only for sampled
              sequences, as vLLM computes logits only where it samples); reads every weight once
              per iteration plus `activation_bytes_factor` * hidden activations per token per layer;
+             fp8 weights (W8A8) run at the GPU's fp8 tensor peak, every other dtype at fp16's;
   dequant    weight-only int8/int4: each weight is dequantized on the vector (fp32) units;
   attention  4 * head_dim FLOPs per (query, key) pair per head; reads the KV of every context
              token, writes the KV of every new token;
@@ -23,14 +24,14 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from sim.errors import ConfigError, check_fraction, check_positive
-from sim.hardware import GPUSpec
+from sim.hardware import GPUSpec, check_weight_dtype_fits, dense_peak_flops
 from sim.models import ModelSpec
 
 GIB = 2**30  # bytes per GiB
 QUANT_GROUP_SIZE = 128  # weights sharing one fp16 scale in int8/int4 weight-only quantization
 ACT_DTYPE_BYTES = 2  # bytes per activation element (fp16/bf16)
 WEIGHT_DTYPE_BYTES: Mapping[str, float] = MappingProxyType({  # bytes per weight, scales included
-    "fp16": 2.0, "bf16": 2.0,
+    "fp16": 2.0, "bf16": 2.0, "fp8": 1.0,  # fp8: per-tensor scales, negligible
     "int8": 1.0 + 2.0 / QUANT_GROUP_SIZE, "int4": 0.5 + 2.0 / QUANT_GROUP_SIZE})
 KV_DTYPE_BYTES: Mapping[str, int] = MappingProxyType({"fp16": 2, "bf16": 2, "fp8": 1, "int8": 1})
 PROFILE_TOKENS = 8192  # tokens in vLLM's activation-profiling batch (max_num_batched_tokens)
@@ -100,7 +101,7 @@ class DeploymentSpec:
     model: ModelSpec  # the served model's shape
     gpu: GPUSpec  # each GPU of the tensor-parallel group
     tensor_parallel: int = 1  # GPUs in the group
-    weight_dtype: str = "fp16"  # fp16, bf16, int8 or int4 (weight-only; embeddings stay fp16)
+    weight_dtype: str = "fp16"  # fp16, bf16, fp8 (W8A8), int8 / int4 (weight-only); embeddings fp16
     kv_dtype: str = "fp16"  # fp16, bf16, fp8 or int8
     gpu_memory_utilization: float = 0.9  # fraction of each GPU's memory the instance may use
     activation_reserve_bytes: int | None = None  # bytes per GPU; None: default_activation_reserve
@@ -116,6 +117,7 @@ class DeploymentSpec:
             raise ConfigError("tensor_parallel", tp, f"must divide or be a multiple of "
                               f"{model.name}'s num_kv_heads={model.num_kv_heads}")
         weight_dtype_bytes(self.weight_dtype)
+        check_weight_dtype_fits(self.gpu, self.weight_dtype)
         kv_dtype_bytes(self.kv_dtype)
         check_fraction("gpu_memory_utilization", self.gpu_memory_utilization)
         if self.activation_reserve_bytes is None:
@@ -199,7 +201,7 @@ class StageCost:
 class RooflineCostModel:
     """Per-iteration times of a deployment; constants are folded once, calls stay cheap."""
 
-    __slots__ = ("deployment", "config", "_inv_c", "_inv_m", "_dense_fpt", "_lm_fps",
+    __slots__ = ("deployment", "config", "_inv_c", "_inv_cd", "_inv_m", "_dense_fpt", "_lm_fps",
                  "_layer_bytes", "_lm_bytes", "_act_bpt", "_dequant_s", "_attn_fpp", "_kv_bpt",
                  "_ar_fixed_s", "_ar_bpt", "_ar_spt", "_step_s", "_seq_s")
 
@@ -209,6 +211,8 @@ class RooflineCostModel:
         m, gpu, tp = deployment.model, deployment.gpu, deployment.tensor_parallel
         layers_params = deployment.num_quantized_params / tp  # weights per GPU in layers
         self._inv_c = 1.0 / (gpu.peak_tensor_flops * config.compute_efficiency)  # s/FLOP
+        self._inv_cd = 1.0 / (dense_peak_flops(gpu, deployment.weight_dtype)
+                              * config.compute_efficiency)  # s/FLOP of the dense matmuls
         self._inv_m = 1.0 / (gpu.hbm_bandwidth * config.memory_efficiency)  # s/byte
         self._dense_fpt = 2.0 * layers_params  # FLOPs per token
         self._lm_fps = 2.0 * m.vocab_size * m.hidden_size / tp  # FLOPs per sampled sequence
@@ -240,7 +244,7 @@ class RooflineCostModel:
             return self._step_s  # nothing to compute: no forward pass
         inv_c, inv_m = self._inv_c, self._inv_m
         d_flops, d_bytes = self._dense_work(num_tokens, num_sampled)
-        dense = max(d_flops * inv_c, d_bytes * inv_m)
+        dense = max(d_flops * self._inv_cd, d_bytes * inv_m)
         kv_bytes = self._kv_bpt * (sum_context + num_tokens)
         attn = max(self._attn_fpp * pairs * inv_c, kv_bytes * inv_m)
         ar = self._ar_fixed_s + self._ar_spt * num_tokens
@@ -257,7 +261,7 @@ class RooflineCostModel:
         b = num_seqs  # later iterations: one new token per sequence, all sampled
         ctx = np.arange(num_iterations - 1, dtype=np.int64) * b + (sum_context + num_tokens)
         d_flops, d_bytes = self._dense_work(b, b)
-        dense = max(d_flops * self._inv_c, d_bytes * self._inv_m)
+        dense = max(d_flops * self._inv_cd, d_bytes * self._inv_m)
         attn = np.maximum(self._attn_fpp * (ctx + b) * self._inv_c,
                           self._kv_bpt * (ctx + b) * self._inv_m)
         rest = dense + self._dequant_s + attn + (self._ar_fixed_s + self._ar_spt * b)
@@ -289,7 +293,7 @@ class RooflineCostModel:
         dequant_flops = self._dequant_s * self.deployment.gpu.peak_vector_flops
         stages = {
             "dense": StageCost(d_flops, d_bytes,
-                               max(d_flops * self._inv_c, d_bytes * self._inv_m)),
+                               max(d_flops * self._inv_cd, d_bytes * self._inv_m)),
             "dequant": StageCost(dequant_flops, 0.0, self._dequant_s),
             "attention": StageCost(a_flops, a_bytes,
                                    max(a_flops * self._inv_c, a_bytes * self._inv_m)),

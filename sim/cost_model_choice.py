@@ -2,6 +2,8 @@
 
     cost_model: {}                                   # roofline (default), CostModelConfig overrides
     cost_model: {kind: stage}                        # per-stage model, the GPU's fitted parameters
+    cost_model: {kind: stage, cpu_step_s: 4e-3}      # ... with StageParams fields overridden
+    cost_model: {kind: stage, params: FILE.json}     # ... a full parameter set from a file
     cost_model: {kind: profile, profiles: DIR}       # measured tables, stage model outside them
 
 `stage` (sim/stage_model.py) gives each stage (GEMMs, attention prefill / decode, all-reduce,
@@ -9,7 +11,8 @@ small kernels, lm_head, engine overhead) its own efficiency and fixed costs that
 tensor parallelism, with per-GPU parameters (sim/gpu_params.py, see docs/fidelity.md). `profile`
 interpolates per-operator profiles in Vidur's layout or the real backend's
 (sim/profile_tables.py) and falls back to the stage model where they have no rows. The roofline
-keeps `CostModelConfig` fields; the other kinds take none of them.
+keeps `CostModelConfig` fields; `stage` and `profile` take StageParams fields and `params: FILE`
+(sim/stage_params_config.py; for `profile` they set the stage fallback).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
 from sim.errors import ConfigError
 
 KINDS = ("roofline", "stage", "profile")  # cluster.cost_model.kind values
-CHOICE_KEYS = ("kind", "profiles")  # keys of cost_model that are not CostModelConfig fields
+CHOICE_KEYS = ("kind", "profiles", "params")  # keys of cost_model that are not model fields
 WHERE = "cluster.cost_model"  # the config field these options live in
 
 
@@ -37,17 +40,32 @@ def cost_model_kind(options: Mapping[str, Any]) -> str:
     if kind != "profile" and "profiles" in options:
         raise ConfigError(f"{WHERE}.profiles", options["profiles"],
                           f"only with kind: profile (not {kind})")
+    if kind == "roofline" and "params" in options:
+        raise ConfigError(f"{WHERE}.params", options["params"],
+                          "a stage parameter file: only with kind: stage or profile")
     return kind
 
 
+def _check_stage_options(kind: str, rest: Mapping[str, Any]) -> None:
+    """StageParams overrides of kind stage / profile, checked (roofline fields refused)."""
+    from sim.stage_params_config import stage_overrides
+
+    roofline = {f.name for f in fields(CostModelConfig)}
+    for key, value in rest.items():
+        if key in roofline:
+            raise ConfigError(f"{WHERE}.{key}", value, f"a roofline field; kind: {kind} takes "
+                              f"{', '.join(CHOICE_KEYS)} and StageParams fields")
+    stage_overrides(rest, CHOICE_KEYS)
+
+
 def roofline_config(options: Mapping[str, Any]) -> CostModelConfig:
-    """The roofline's config from the options; other kinds refuse roofline fields."""
+    """The roofline's config from the options; other kinds refuse roofline fields (and have
+    their StageParams overrides checked)."""
     rest = {k: v for k, v in options.items() if k not in CHOICE_KEYS}
     kind = cost_model_kind(options)
-    if kind != "roofline" and rest:
-        key = next(iter(rest))
-        raise ConfigError(f"{WHERE}.{key}", rest[key], f"a roofline field; kind: {kind} takes "
-                                                       f"only {', '.join(CHOICE_KEYS)}")
+    if kind != "roofline":
+        _check_stage_options(kind, rest)
+        return CostModelConfig()
     known = {f.name for f in fields(CostModelConfig)}
     for key in rest:
         if key not in known:
@@ -65,8 +83,11 @@ def build_cost_model(deployment: DeploymentSpec, options: Mapping[str, Any]) -> 
         return RooflineCostModel(deployment, config)
     from sim.gpu_params import stage_params_for
     from sim.stage_model import StageCostModel
+    from sim.stage_params_config import resolve_stage_params
 
-    stage = StageCostModel(deployment, stage_params_for(deployment.gpu))
+    params = resolve_stage_params(lambda: stage_params_for(deployment.gpu), options,
+                                  CHOICE_KEYS)
+    stage = StageCostModel(deployment, params)
     if kind == "stage":
         return stage
     from sim.profile_cost_model import ProfileCostModel

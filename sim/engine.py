@@ -21,9 +21,9 @@ from typing import Callable, Sequence
 
 import simpy
 
-from policies.base import Policy
 from sim.executor import Executor
 from sim.overhead import OverheadClock, SchedulingOverhead
+from sim.policy import Policy
 from sim.recorder import Recorder
 from sim.request import Request, RequestStatus
 

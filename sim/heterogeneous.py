@@ -9,12 +9,31 @@ any request anywhere; `least_kv` weighs load by each instance's own KV capacity.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Protocol, Sequence, TypeVar
 
 from sim.errors import ConfigError
 
-if TYPE_CHECKING:
-    from sim.cluster import ClusterSpec
+
+class GroupedCluster(Protocol):
+    """What this module reads of a cluster (sim.cluster.ClusterSpec, a frozen dataclass); a
+    protocol, so that sim.cluster and this module do not import each other."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # a dataclass (dataclasses.replace works)
+
+    @property
+    def instances(self) -> tuple[Mapping[str, Any], ...]: ...  # instance groups with a count
+
+    @property
+    def num_instances(self) -> int: ...  # instances in all
+
+    @property
+    def backend(self) -> str: ...  # sim | real
+
+    @property
+    def cost_model(self) -> Mapping[str, Any]: ...  # cost-model choice and options
+
+
+C = TypeVar("C", bound=GroupedCluster)  # the cluster type (ClusterSpec)
 
 # ClusterSpec fields an instance group may override
 INSTANCE_FIELDS: tuple[str, ...] = ("gpu", "tensor_parallel", "weight_dtype", "kv_dtype",
@@ -49,7 +68,7 @@ def normalize_instances(groups: object, num_instances: int) -> tuple[tuple[dict,
     return tuple(out), total
 
 
-def instance_specs(spec: "ClusterSpec") -> list["ClusterSpec"]:
+def instance_specs(spec: C) -> list[C]:
     """One single-instance, homogeneous ClusterSpec per instance of `spec`, in instance order."""
     if not spec.instances:
         return [dataclasses.replace(spec, num_instances=1)] * spec.num_instances
@@ -61,7 +80,7 @@ def instance_specs(spec: "ClusterSpec") -> list["ClusterSpec"]:
     return out
 
 
-def build_heterogeneous(spec: "ClusterSpec", build: Callable[["ClusterSpec"], list]) -> list:
+def build_heterogeneous(spec: C, build: Callable[[C], list]) -> list:
     """Executors for a cluster with instance groups: one `build` per distinct group."""
     if spec.backend != "sim" or "calibration" in spec.cost_model:
         raise ConfigError("cluster.instances", list(spec.instances),

@@ -3,7 +3,8 @@
 Latencies are seconds. TTFT = first token - arrival; TPOT = (finish - first token) / (outputs - 1);
 ITL = gap between consecutive tokens of a request (over all tokens); E2E = finish - arrival;
 queueing delay = first scheduled - arrival; normalized latency = E2E / output tokens.
-Throughputs divide by the run's duration (first arrival to last final event).
+Throughputs divide by the run's duration (first arrival to last final event). Each latency has
+mean_, std_ (population), median_ and p<N>_ keys; ITL percentiles are those of ITL_PERCENTILES.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ RECORD_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "
 # of sim.request (why it was rejected, failed or cut; "" when it ran as asked), reason_detail:
 # the same with its values
 PERCENTILES = (50, 90, 99)
+ITL_PERCENTILES = (25, 50, 75, 90, 95, 99, 99.9)  # percent: ITL percentiles in the summary
 
 
 def request_records(requests: Sequence[Request]) -> pd.DataFrame:
@@ -75,9 +77,29 @@ def _weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> f
     return float(v[min(idx, len(v) - 1)])
 
 
+def _weighted_percentiles(values: np.ndarray, weights: np.ndarray,
+                          qs: Sequence[float]) -> list[float]:
+    """_weighted_percentile for each of `qs`, sorting once."""
+    if len(values) == 0 or weights.sum() == 0:
+        return [float("nan")] * len(qs)
+    order = np.argsort(values, kind="stable")
+    v, cw = values[order], np.cumsum(weights[order])
+    idx = np.searchsorted(cw, np.asarray(qs, dtype=np.float64) / 100.0 * cw[-1], side="left")
+    return [float(v[min(int(i), len(v) - 1)]) for i in idx]
+
+
+def weighted_std(values: np.ndarray, weights: np.ndarray) -> float:
+    """Population standard deviation of values repeated `weights` times (NaN when none)."""
+    if len(values) == 0 or weights.sum() == 0:
+        return float("nan")
+    mean = np.average(values, weights=weights)
+    return float(np.sqrt(np.average((values - mean) ** 2, weights=weights)))
+
+
 def _describe(prefix: str, series: pd.Series, out: dict[str, float]) -> None:
     x = series.dropna().to_numpy(dtype=np.float64)
     out[f"mean_{prefix}"] = float(x.mean()) if len(x) else float("nan")
+    out[f"std_{prefix}"] = float(x.std()) if len(x) else float("nan")  # population (ddof 0)
     for p in PERCENTILES:
         name = "median" if p == 50 else f"p{p}"
         out[f"{name}_{prefix}"] = float(np.percentile(x, p)) if len(x) else float("nan")
@@ -114,9 +136,10 @@ def summarize(records: pd.DataFrame, recorder: Recorder,
         _describe(f"{name}_s", done[f"{name}_s"], out)
     values, weights = recorder.gaps.arrays()
     out["mean_itl_s"] = float(np.average(values, weights=weights)) if weights.sum() else np.nan
-    for p in PERCENTILES:
-        name = "median" if p == 50 else f"p{p}"
-        out[f"{name}_itl_s"] = _weighted_percentile(values, weights, p)
+    out["std_itl_s"] = weighted_std(values, weights)
+    for p, value in zip(ITL_PERCENTILES, _weighted_percentiles(values, weights, ITL_PERCENTILES)):
+        name = "median" if p == 50 else f"p{p:g}"
+        out[f"{name}_itl_s"] = value
     out.update(_instance_summary(stats, duration))
     out.update(_speculative_summary(records))
     out["prefix_hit_rate"] = prefix_hit_rate(records)

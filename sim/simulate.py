@@ -1,4 +1,8 @@
-"""One simulation run from plain inputs: a trace, a cluster, a policy and its parameters."""
+"""One simulation run from plain inputs: a trace, executors, and a policy factory.
+
+`run_simulation` takes a `sim.policy.PolicyFactory`, so sim/ needs nothing from policies/;
+`policies.simulate.simulate(trace, "vllm", params, executors)` resolves a policy name into one.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from sim.executor import Executor, InstanceInfo
 from sim.limits import resolve_max_model_len
 from sim.metrics import instance_frame, request_records, summarize
 from sim.overhead import SchedulingOverhead
+from sim.policy import PolicyFactory
 from sim.recorder import Recorder
 from sim.request import requests_from_trace
 
@@ -32,18 +37,31 @@ def simulate(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, 
              on_done: Callable[[int], None] | None = None,
              overhead: SchedulingOverhead | None = None,
              max_model_len: int | None = None) -> RunResult:
-    """Replay `trace` through policy `policy_name` on one executor per instance, with the
-    scheduler CPU time `overhead` models (sim.overhead) before each iteration, if given.
-    Prompts longer than `max_model_len` (default: the model's context) are rejected and
-    outputs cut where prompt + output reach it (sim/limits.py)."""
-    from policies.registry import build_policy
+    """`policies.simulate.simulate`, kept here for callers not yet moved there: a policy name
+    needs the registry, imported lazily. The one import from sim/ upward, tolerated (and listed
+    in tests/test_layering.py) until sim/bench_replay.py and the tests call policies.simulate
+    or run_simulation."""
+    from policies.registry import policy_factory
 
+    return run_simulation(trace, policy_factory(policy_name, policy_params, seed), executors,
+                          on_done=on_done, overhead=overhead, max_model_len=max_model_len)
+
+
+def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
+                   executors: Sequence[Executor], *,
+                   on_done: Callable[[int], None] | None = None,
+                   overhead: SchedulingOverhead | None = None,
+                   max_model_len: int | None = None) -> RunResult:
+    """Replay `trace` through the policy `make_policy` builds, on one executor per instance,
+    with the scheduler CPU time `overhead` models (sim.overhead) before each iteration, if
+    given. Prompts longer than `max_model_len` (default: the model's context) are rejected and
+    outputs cut where prompt + output reach it (sim/limits.py)."""
     limit = resolve_max_model_len(executors, max_model_len)
     requests = requests_from_trace(trace)
     recorder = Recorder()
     infos = [InstanceInfo(i, ex.kv_capacity_tokens, getattr(ex, "name", ""),
                           getattr(ex, "has_draft", False)) for i, ex in enumerate(executors)]
-    policy = build_policy(policy_name, policy_params, infos, recorder, seed)
+    policy = make_policy(infos, recorder)
     stats: list[InstanceStats] = Simulation(requests, policy, executors, recorder,
                                             on_done=on_done, overhead=overhead,
                                             max_model_len=limit).run()

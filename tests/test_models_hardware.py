@@ -115,7 +115,7 @@ def test_gpu_registry_and_aliases() -> None:
     assert get_gpu("h100") is GPUS["H100-80GB"]
     assert get_gpu("H200").memory_bytes == 143771 * 2**20
     assert get_gpu("a100-80gb").memory_bytes == 80 * 2**30
-    assert len(GPUS) == 6
+    assert len(GPUS) == 7  # + L40S (docs/hardware.md)
 
 
 def test_unknown_gpu_lists_known() -> None:

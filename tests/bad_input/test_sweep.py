@@ -15,6 +15,7 @@ import yaml
 
 from experiments import run
 from experiments.outdir import check_dir_name, prepare_out_dir, run_dir
+from experiments.resume import RESULT_SCHEMA_VERSION
 from experiments.run import load_config
 from experiments.sweep import check_finished, expand, run_hash
 from sim.errors import ConfigError
@@ -92,7 +93,7 @@ def test_trace_content_is_in_the_run_hash(tmp_path):
 
 @pytest.mark.parametrize("name, value, reason", [
     ("simulator_version", lambda: "9.9.9", "stale: servesim version"),
-    ("RESULT_SCHEMA_VERSION", 999, "stale: result schema 2 -> 999"),
+    ("RESULT_SCHEMA_VERSION", 999, f"stale: result schema {RESULT_SCHEMA_VERSION} -> 999"),
 ])
 def test_new_simulator_or_result_schema_is_rerun(tmp_path, capsys, monkeypatch, count_runs,
                                                  name, value, reason):
@@ -306,3 +307,23 @@ def test_capacity_write_failure_is_a_clear_error(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert f"cannot write {out / 'capacity.csv'}: No space left on device" in err
     assert "Traceback" not in err
+
+
+def test_files_a_cluster_reads_are_in_its_identity(tmp_path):
+    from experiments.resume import referenced_files
+
+    params = tmp_path / "params.json"
+    params.write_text('{"cpu_step_s": 0.001}')
+    tables = tmp_path / "profiles" / "a100"
+    tables.mkdir(parents=True)
+    (tables / "mlp.csv").write_text("num_tokens\n1\n")
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text("name: x\n")
+    cluster = {"model": "llama-2-7b", "gpu": str(gpu),
+               "cost_model": {"kind": "profile", "profiles": str(tmp_path / "profiles"),
+                              "params": str(params)}}
+    first = referenced_files(cluster)
+    assert set(first) == {"gpu", "cost_model.params", "cost_model.profiles/a100/mlp.csv"}
+    (tables / "mlp.csv").write_text("num_tokens\n1\n2\n")
+    assert referenced_files(cluster)["cost_model.profiles/a100/mlp.csv"] != \
+        first["cost_model.profiles/a100/mlp.csv"]

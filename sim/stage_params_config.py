@@ -1,0 +1,162 @@
+"""StageParams from a config: a JSON parameter file and per-field overrides.
+
+    cluster.cost_model: {kind: stage, cpu_step_s: 4e-3, gemm_fixed_s: 6e-6}
+    cluster.cost_model: {kind: stage, params: FILE.json, cpu_step_s: 4e-3}
+    cluster.cost_model: {kind: profile, profiles: DIR, cpu_step_s: 4e-3}   # the stage fallback
+
+A parameter file (`python -m experiments.fit_gpu` writes one) is data, read with
+`sim.jsonfile.read_json_object`: either an object whose `stage_params` section holds every
+StageParams field, or an object holding the fields itself (`format`, `version`, `source`,
+`errors` keys are then ignored). `allreduce` is an object of three equal-length lists
+(`num_workers`, `latency_s`, `bus_bandwidth`). Overrides apply on top of the file (or of the
+GPU's own parameters); every value is checked, errors name `cluster.cost_model.<field>`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields, replace
+from typing import Any, Callable, Mapping
+
+from sim.errors import ConfigError
+from sim.jsonfile import read_json_object
+from sim.stage_params import EFFICIENCY_FIELDS, AllReduceParams, StageParams
+
+WHERE = "cluster.cost_model"  # the config field the options live in
+PARAMS_KEY = "params"  # cost_model key naming a StageParams JSON file
+FILE_SECTION = "stage_params"  # the section of a parameter file that holds the fields
+META_KEYS = ("format", "version", "source", "errors")  # file keys that are not fields
+STAGE_FIELDS = tuple(f.name for f in fields(StageParams))  # every StageParams field name
+ALLREDUCE_KEYS = ("num_workers", "latency_s", "bus_bandwidth")  # AllReduceParams fields
+
+
+def _number(where: str, value: Any) -> float:
+    """`value` as a finite number >= 0 (int or float, never a bool or a string)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(where, value, f"must be a number, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(where, value, "must be a finite number >= 0")
+    return float(value)
+
+
+def _number_list(where: str, value: Any) -> tuple[float, ...]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(where, value, "must be a non-empty list of numbers")
+    return tuple(_number(f"{where}[{i}]", v) for i, v in enumerate(value))
+
+
+def allreduce_from(where: str, value: Any) -> AllReduceParams:
+    """AllReduceParams from {num_workers, latency_s, bus_bandwidth} (an AllReduceParams is
+    taken as it is)."""
+    if isinstance(value, AllReduceParams):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigError(where, value, f"must be an object with {', '.join(ALLREDUCE_KEYS)}")
+    unknown = sorted(set(value) - set(ALLREDUCE_KEYS))
+    missing = [k for k in ALLREDUCE_KEYS if k not in value]
+    if unknown or missing:
+        key = unknown[0] if unknown else missing[0]
+        raise ConfigError(f"{where}.{key}", value.get(key), f"{'unknown' if unknown else 'missing'}"
+                          f"; an all-reduce takes {', '.join(ALLREDUCE_KEYS)}")
+    workers = _number_list(f"{where}.num_workers", value["num_workers"])
+    if any(w != int(w) for w in workers):
+        raise ConfigError(f"{where}.num_workers", value["num_workers"], "must be integers")
+    try:
+        return AllReduceParams(tuple(int(w) for w in workers),
+                               _number_list(f"{where}.latency_s", value["latency_s"]),
+                               _number_list(f"{where}.bus_bandwidth", value["bus_bandwidth"]))
+    except ConfigError as err:
+        raise ConfigError(f"{where}.{err.field.removeprefix('allreduce.')}", err.value,
+                          err.reason) from None
+
+
+def check_value(where: str, name: str, value: Any) -> Any:
+    """One StageParams field's value, checked; ConfigError naming `<where>.<name>`."""
+    if name == "allreduce":
+        return allreduce_from(f"{where}.allreduce", value)
+    number = _number(f"{where}.{name}", value)
+    if name in EFFICIENCY_FIELDS and not 0 < number <= 1:
+        raise ConfigError(f"{where}.{name}", value, "an efficiency: must be in (0, 1]")
+    if name.endswith(("_tokens", "_batch")) and number <= 0:
+        raise ConfigError(f"{where}.{name}", value, "must be > 0")
+    return number
+
+
+def stage_overrides(options: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The StageParams fields set in `options`, checked; keys in `skip` are not fields.
+    Unknown keys are a ConfigError naming `cluster.cost_model.<key>` and the known ones."""
+    out = {}
+    for key, value in options.items():
+        if key in skip:
+            continue
+        if key not in STAGE_FIELDS:
+            raise ConfigError(f"{WHERE}.{key}", value, f"unknown; known: "
+                              f"{', '.join([*skip, *STAGE_FIELDS])}")
+        out[key] = check_value(WHERE, key, value)
+    return out
+
+
+def params_from_dict(data: Mapping[str, Any], where: str) -> StageParams:
+    """A full StageParams from a mapping of every field (errors name `<where>.<field>`)."""
+    missing = [f for f in STAGE_FIELDS if f not in data]
+    if missing:
+        raise ConfigError(f"{where}.{missing[0]}", None,
+                          f"missing; a parameter set needs every field: {', '.join(missing)}")
+    unknown = [k for k in data if k not in STAGE_FIELDS]
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}", data[unknown[0]],
+                          f"unknown; known: {', '.join(STAGE_FIELDS)}")
+    return _build(where, {k: check_value(where, k, data[k]) for k in STAGE_FIELDS})
+
+
+def _build(where: str, values: Mapping[str, Any]) -> StageParams:
+    try:
+        return StageParams(**values)
+    except ConfigError as err:
+        raise ConfigError(f"{where}.{err.field}", err.value, err.reason) from None
+
+
+def params_to_dict(params: StageParams) -> dict[str, Any]:
+    """A StageParams as plain JSON data (the inverse of `params_from_dict`)."""
+    out: dict[str, Any] = {f: getattr(params, f) for f in STAGE_FIELDS}
+    ar = params.allreduce
+    out["allreduce"] = {"num_workers": list(ar.num_workers), "latency_s": list(ar.latency_s),
+                        "bus_bandwidth": list(ar.bus_bandwidth)}
+    return out
+
+
+def load_stage_params(path: str) -> StageParams:
+    """The StageParams in a parameter file (module docstring); errors name the file."""
+    field = f"{WHERE}.{PARAMS_KEY}"
+    data = read_json_object(path, field, "stage parameter file")
+    if FILE_SECTION in data:
+        body = data[FILE_SECTION]
+        if not isinstance(body, dict):
+            raise ConfigError(field, path, f"its {FILE_SECTION!r} must be a JSON object")
+    else:
+        body = {k: v for k, v in data.items() if k not in META_KEYS}
+    try:
+        return params_from_dict(body, "params")
+    except ConfigError as err:
+        raise ConfigError(field, path, f"{err.field}={err.value!r}: {err.reason}") from None
+
+
+def resolve_stage_params(gpu_params: Callable[[], StageParams], options: Mapping[str, Any],
+                         skip: tuple[str, ...]) -> StageParams:
+    """The `params` file's set when named, else `gpu_params()` (the GPU's own; not called
+    with a file, so a GPU without a built-in set can run from one), with the field overrides
+    of `options` on top (keys in `skip` are choice keys, not fields)."""
+    overrides = stage_overrides(options, skip)
+    path = options.get(PARAMS_KEY)
+    if path is None:
+        base = gpu_params()
+    elif isinstance(path, str):
+        base = load_stage_params(path)
+    else:
+        raise ConfigError(f"{WHERE}.{PARAMS_KEY}", path, "must be a path to a JSON file")
+    if not overrides:
+        return base
+    try:
+        return replace(base, **overrides)
+    except ConfigError as err:
+        raise ConfigError(f"{WHERE}.{err.field}", err.value, err.reason) from None
