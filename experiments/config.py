@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 from experiments.config_checks import (build, check_keys, check_positive_number, is_int, listed,
                                        mapping, rebase)
 from experiments.report import rate_text
+from experiments.workload_config import INF_RATE, clients_at_rate, parse_rate
 from experiments.workload_config import (SyntheticWorkload, TraceWorkload, WorkloadConfig,
                                          sessions_at_rate, workload_from_dict)
 from policies.prefix_caching import check_prefix_caching_backend
@@ -106,7 +107,8 @@ class ExperimentConfig:
 
     def _check_rates(self) -> None:
         for i, rate in enumerate(self.request_rates):
-            check_positive_number(f"request_rates[{i}]", rate)
+            if rate != INF_RATE:  # inf: every request at 0 (vllm bench serve --request-rate inf)
+                check_positive_number(f"request_rates[{i}]", rate)
         check_distinct("request_rates", self.request_rates, rate_text)
         replay = self.workload.trace is not None and self.workload.trace.retime == "none"
         if replay and self.request_rates:
@@ -121,6 +123,9 @@ class ExperimentConfig:
         if self.workload.sessions is not None:
             for i, rate in enumerate(self.request_rates):
                 sessions_at_rate(self.workload.sessions, rate, f"request_rates[{i}]")
+        if self.workload.clients is not None:
+            for i, rate in enumerate(self.request_rates):
+                clients_at_rate(self.workload.clients, rate, f"request_rates[{i}]")
 
     def cluster_for(self, entry: PolicyEntry, where: str = "cluster") -> ClusterSpec:
         """The cluster a policy entry runs on: the experiment's, with the entry's overrides
@@ -164,16 +169,18 @@ def check_draft(config: Any, cluster: ClusterSpec, where: str) -> None:
 
 
 # ---- from plain dicts (parsed YAML) -------------------------------------------------------
-def experiment_from_dict(raw: object, default_name: str) -> ExperimentConfig:
-    """Resolve and validate a parsed config; `default_name` when it has no `name`."""
+def experiment_from_dict(raw: object, default_name: str,
+                         cls: type[ExperimentConfig] | None = None) -> ExperimentConfig:
+    """Resolve and validate a parsed config; `default_name` when it has no `name`; `cls` a
+    subclass with other checks (experiments.capacity: request_rates may be empty)."""
     raw = mapping("config", raw)
     check_keys("", raw, TOP_LEVEL_KEYS)
-    return ExperimentConfig(
+    return (cls or ExperimentConfig)(
         name=raw.get("name", default_name), workload=workload_from_dict(raw.get("workload")),
         cluster=cluster_from_dict(raw.get("cluster")),
         policies=tuple(policy_from_dict(i, p) for i, p in
                        enumerate(listed("policies", raw.get("policies")))),
-        request_rates=tuple(listed("request_rates", raw.get("request_rates"))),
+        request_rates=tuple(map(parse_rate, listed("request_rates", raw.get("request_rates")))),
         seeds=tuple(listed("seeds", raw.get("seeds", [0]))),
         max_requests=raw.get("max_requests"), duration_s=raw.get("duration_s"),
         slo=None if raw.get("slo") is None else build(SLO, "slo", mapping("slo", raw["slo"]),

@@ -54,21 +54,29 @@ def run_sweep(cfg: ExperimentConfig, out_dir: Path, *, progress: bool = True, jo
     with tqdm(total=len(specs), initial=len(rows), desc=cfg.name, unit="run",
               disable=None if progress else True) as bar, \
             closing(iter_outputs(cfg, todo, jobs, use_ray, progress)) as outputs:
-        for out in outputs:
+        for done, out in enumerate(outputs, start=len(rows) + 1):
             bar.update(1)
+            count = f"[{done}/{len(specs)}]"  # the bar is off without a terminal
             if out.result is None:
                 failures.append(out)
-                tqdm.write(f"{out.spec.name}: FAILED: {out.error}")
+                log(f"{count} {out.spec.name}: FAILED: {out.error}")
                 record_failures(out_dir, failures)
                 continue
             row = persist(out_dir, cfg, out, experiment)
             rows[out.spec.name] = row
             write_summaries(out_dir, [rows[s.name] for s in specs if s.name in rows])
-            tqdm.write(run_line(row, out.wall_s))
+            log(f"{count} {run_line(row, out.wall_s)}")
     record_failures(out_dir, failures)
     if failures:
         raise SweepFailures(failures)
     return [rows[s.name] for s in specs if s.name in rows]
+
+
+def log(message: str) -> None:
+    """One plain progress line on stdout, flushed at once: a pipe (CI, nohup, Ray, a notebook)
+    is block-buffered, and the tqdm bar is off there. tqdm.write keeps a live bar intact."""
+    tqdm.write(message)
+    sys.stdout.flush()
 
 
 def resume(out_dir: Path, cfg: ExperimentConfig,
@@ -82,11 +90,11 @@ def resume(out_dir: Path, cfg: ExperimentConfig,
         if row is None:
             todo.append(spec)
             if why:
-                tqdm.write(f"{spec.name}: not reused: {why}")
+                log(f"{spec.name}: not reused: {why}")
         else:
             rows[spec.name] = row
     if rows:
-        tqdm.write(f"{len(rows)} of {len(specs)} runs already finished: skipped")
+        log(f"{len(rows)} of {len(specs)} runs already finished: skipped")
     return rows, todo
 
 
@@ -167,7 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from experiments.capacity import main as capacity_main
         return capacity_main([args.config, *(f"--set={o}" for o in args.overrides),
                               *([f"--out={args.out}"] if args.out else []),
-                              *(["--no-progress"] if args.no_progress else [])])
+                              *(["--no-progress"] if args.no_progress else []),
+                              f"--jobs={args.jobs}"])
     try:
         cfg = load_config(args.config, args.overrides)
         out_dir = Path(args.out) if args.out else Path("results") / cfg.name

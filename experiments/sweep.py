@@ -169,9 +169,11 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
     replay = simulate
     if cluster.backend == "real":  # the torch engine; the clock advances by measured times
         from real.replay import replay
+    closed = cfg.workload.max_concurrency  # passed only when set (open loop otherwise)
+    loop = {} if closed is None else {"max_concurrency": closed}
     result = replay(trace, spec.entry.name, spec.entry.params, build_executors(cluster),
                     seed=spec.seed, on_done=on_done, max_model_len=cluster.max_model_len,
-                    **overhead_kwargs(cluster))
+                    **overhead_kwargs(cluster), **loop)
     if cfg.slo is not None:
         result.summary.update(slo_summary(result.records, result.summary, cfg.slo))
     return result

@@ -1,4 +1,5 @@
-"""The request trace of each run: a synthetic draw, or a trace file re-timed at a rate."""
+"""The request trace of each run: a synthetic draw, a multi-client mix, or a trace file (read
+through its column mapping, if any) re-timed at a rate; a rate of inf puts every request at 0."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import math
 import pandas as pd
 
 from experiments.config import ExperimentConfig
-from experiments.workload_config import TraceWorkload, sessions_at_rate
+from experiments.workload_config import TraceWorkload, clients_at_rate, sessions_at_rate
 from sim.errors import ConfigError, TraceError
-from traces.registry import load_trace, shared_trace_path
+from traces.clients import multi_client_trace
+from traces.mapping import load_mapped
+from traces.registry import infer_format, load_trace, shared_trace_path
 from traces.schema import trace_stats
 from traces.sessions import session_trace
 from traces.synthetic import poisson_from_lengths, scale_rate, synthetic_trace
+from traces.transform import all_at_once, gamma_from_lengths
 
 
 def load_base_trace(cfg: ExperimentConfig) -> pd.DataFrame | None:
@@ -22,7 +26,12 @@ def load_base_trace(cfg: ExperimentConfig) -> pd.DataFrame | None:
     if trace is None:
         return None
     path = shared_trace_path(trace.name) if trace.name is not None else trace.path
-    df = load_trace(path, trace.format, limit=trace.limit)
+    mapped = trace.mapping()
+    if mapped is None:
+        df = load_trace(path, trace.format, limit=trace.limit)
+    else:
+        fmt = trace.format if trace.format is not None else infer_format(path)
+        df = load_mapped(path, "csv" if fmt == "azure" else fmt, mapped, limit=trace.limit)
     if len(df) == 0:
         raise TraceError(str(path), "trace has no requests")
     check_retime(df, trace, str(path))
@@ -59,6 +68,9 @@ def build_workload(cfg: ExperimentConfig, base: pd.DataFrame | None, rate: float
     elif cfg.workload.sessions is not None:
         assert rate is not None
         df = session_trace(sessions_at_rate(cfg.workload.sessions, rate, "rate"), seed)
+    elif cfg.workload.clients is not None:
+        assert rate is not None
+        df = multi_client_trace(clients_at_rate(cfg.workload.clients, rate, "rate"), seed)
     else:
         assert base is not None and cfg.workload.trace is not None
         df = retime(base, cfg.workload.trace, rate, seed)
@@ -67,7 +79,13 @@ def build_workload(cfg: ExperimentConfig, base: pd.DataFrame | None, rate: float
 
 def retime(base: pd.DataFrame, trace: TraceWorkload, rate: float | None,
            seed: int) -> pd.DataFrame:
-    """`base` replayed as is, sped up by rate_scale, or re-timed to `rate` req/s."""
+    """`base` replayed as is, sped up by rate_scale, or re-timed to `rate` req/s (inf: every
+    request at 0, in trace order)."""
+    if trace.retime != "none" and rate == math.inf:
+        return all_at_once(base)
+    if trace.retime == "gamma":
+        assert rate is not None
+        return gamma_from_lengths(base, rate, seed, burstiness=trace.burstiness)
     if trace.retime == "poisson":
         assert rate is not None
         return poisson_from_lengths(base, rate, seed)

@@ -1,4 +1,5 @@
-"""The workload section of an experiment config: synthetic, trace or multi-turn sessions."""
+"""The workload section of an experiment config: synthetic, trace, multi-turn sessions or a
+multi-client mix, and the closed-loop `max_concurrency` (docs/workloads.md)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,20 @@ from dataclasses import dataclass
 
 from experiments.config_checks import build, check_keys, check_positive_number, mapping, rebase
 from sim.errors import ConfigError
+from traces.clients import ClientSpec, MultiClientConfig
+from traces.mapping import TimestampFormat, TraceMapping
 from traces.sessions import SessionConfig
 from traces.synthetic import LENGTH_PRESETS, LengthDist, SyntheticConfig
 
-RETIMINGS = ("none", "poisson", "scale")  # raw replay | Poisson at each rate | rescale to rate
+RETIMINGS = ("none", "poisson", "gamma", "scale")  # replay | Poisson | Gamma | rescale to rate
+CLIENT_KEYS = ("num_requests", "duration_s")  # workload keys beside `clients`
+INF_RATE = float("inf")  # req/s: every request at 0 (vllm bench serve --request-rate inf)
+
+
+def parse_rate(value: object) -> object:
+    """A request_rates entry with the YAML string `inf` (also `.inf`) read as an infinite rate;
+    anything else unchanged (checked by the config)."""
+    return INF_RATE if isinstance(value, str) and value.strip().lower() == "inf" else value
 
 
 # ---- workload -----------------------------------------------------------------------------
@@ -51,8 +62,11 @@ class TraceWorkload:
     path: str | None = None  # or a trace file
     format: str | None = None  # a traces.registry.TRACE_FORMATS name; inferred when None
     limit: int | None = None  # first N requests of the file
-    retime: str = "none"  # none: replay | poisson: fresh Poisson arrivals | scale: rescale gaps
+    retime: str = "none"  # none: replay | poisson / gamma: fresh arrivals | scale: rescale gaps
     rate_scale: float = 1.0  # with retime none: arrival gaps divided by this factor
+    burstiness: float = 1.0  # retime gamma: Gamma shape as vLLM's --burstiness (gap CV 1/sqrt(b))
+    columns: dict[str, str] | None = None  # schema column -> file column (traces/mapping.py)
+    timestamp: TimestampFormat | None = None  # how the arrival column is written (default: s)
 
     def __post_init__(self) -> None:
         from traces.paths import SHARED_TRACES
@@ -77,6 +91,20 @@ class TraceWorkload:
         if self.retime != "none" and self.rate_scale != 1:
             raise ConfigError("workload.trace.rate_scale", self.rate_scale,
                               "only with retime: none (other retimings take request_rates)")
+        check_positive_number("workload.trace.burstiness", self.burstiness)
+        if self.retime != "gamma" and self.burstiness != 1:
+            raise ConfigError("workload.trace.burstiness", self.burstiness,
+                              "only with retime: gamma")
+        self.mapping()
+
+    def mapping(self) -> TraceMapping | None:
+        """The column mapping and timestamp format; None when the file is in the schema."""
+        if self.columns is None and self.timestamp is None:
+            return None
+        if self.name is not None:
+            raise ConfigError("workload.trace.columns", self.columns,
+                              "a shared trace has its own loader; map columns of a path")
+        return TraceMapping.from_columns(self.columns, self.timestamp)
 
 
 @dataclass(frozen=True)
@@ -84,16 +112,23 @@ class WorkloadConfig:
     synthetic: SyntheticWorkload | None = None
     trace: TraceWorkload | None = None
     sessions: SessionConfig | None = None  # multi-turn sessions (traces/sessions.py)
+    clients: MultiClientConfig | None = None  # a multi-client mix (traces/clients.py)
+    max_concurrency: int | None = None  # requests in the system at once (closed loop); None: open
 
     def __post_init__(self) -> None:
-        if [self.synthetic, self.trace, self.sessions].count(None) != 2:
-            raise ConfigError("workload", None, "give exactly one of synthetic / trace / sessions")
+        if [self.synthetic, self.trace, self.sessions, self.clients].count(None) != 3:
+            raise ConfigError("workload", None,
+                              "give exactly one of synthetic / trace / sessions / clients")
+        if self.max_concurrency is not None:
+            check_positive_number("workload.max_concurrency", self.max_concurrency,
+                                  integer=True)
 
 
 # ---- from plain dicts (parsed YAML) -------------------------------------------------------
 def workload_from_dict(value: object) -> WorkloadConfig:
     raw = mapping("workload", value)
-    check_keys("workload", raw, ("synthetic", "trace", "sessions"))
+    check_keys("workload", raw, ("synthetic", "trace", "sessions", "clients", *CLIENT_KEYS,
+                                 "max_concurrency"))
     synthetic, trace = None, None
     if "synthetic" in raw:
         fields = mapping("workload.synthetic", raw["synthetic"])
@@ -103,9 +138,68 @@ def workload_from_dict(value: object) -> WorkloadConfig:
                 fields[name] = build(LengthDist, where, mapping(where, fields[name]), "length.")
         synthetic = build(SyntheticWorkload, "workload.synthetic", fields)
     if "trace" in raw:
-        trace = build(TraceWorkload, "workload.trace", mapping("workload.trace", raw["trace"]))
+        trace = trace_from_dict(raw["trace"])
     sessions = sessions_from_dict(raw["sessions"]) if "sessions" in raw else None
-    return WorkloadConfig(synthetic, trace, sessions)
+    clients = clients_from_dict(raw) if "clients" in raw else None
+    for key in CLIENT_KEYS:
+        if key in raw and clients is None:
+            raise ConfigError(f"workload.{key}", raw[key], "only beside workload.clients")
+    concurrency = raw.get("max_concurrency")
+    if concurrency is not None:
+        check_positive_number("workload.max_concurrency", concurrency, integer=True)
+    return WorkloadConfig(synthetic, trace, sessions, clients, concurrency)
+
+
+def trace_from_dict(value: object) -> TraceWorkload:
+    """`workload.trace`, with `columns` a {schema column: file column} mapping and `timestamp`
+    a {unit, format} mapping."""
+    where = "workload.trace"
+    fields = mapping(where, value)
+    if fields.get("columns") is not None:
+        fields["columns"] = mapping(f"{where}.columns", fields["columns"])
+    if fields.get("timestamp") is not None:
+        fields["timestamp"] = build(TimestampFormat, f"{where}.timestamp",
+                                    mapping(f"{where}.timestamp", fields["timestamp"]),
+                                    "workload.trace.timestamp.")
+    return build(TraceWorkload, where, fields)
+
+
+def clients_from_dict(raw: dict) -> MultiClientConfig:
+    """`workload.clients` (a list of ClientSpec mappings) with `workload.num_requests` /
+    `duration_s`; the total rate comes from request_rates."""
+    items = raw["clients"]
+    if not isinstance(items, list):
+        raise ConfigError("workload.clients", items, "must be a list of clients")
+    clients = []
+    for i, item in enumerate(items):
+        where = f"workload.clients[{i}]"
+        fields = mapping(where, item)
+        for name in ("prompt", "output"):
+            if fields.get(name) is not None:
+                fields[name] = build(LengthDist, f"{where}.{name}",
+                                     mapping(f"{where}.{name}", fields[name]), "length.")
+        clients.append(build(ClientSpec, where, fields))
+    counts = _checked({key: raw[key] for key in CLIENT_KEYS if key in raw})
+    try:
+        return MultiClientConfig(tuple(clients), 1.0, **counts)
+    except ConfigError as err:
+        raise rebase("workload", err) from None
+
+
+def _checked(counts: dict) -> dict:
+    """num_requests / duration_s type-checked under `workload.`."""
+    for key, value in counts.items():
+        if value is not None:
+            check_positive_number(f"workload.{key}", value, integer=key == "num_requests")
+    return counts
+
+
+def clients_at_rate(clients: MultiClientConfig, rate: float, where: str) -> MultiClientConfig:
+    """The multi-client workload at a total of `rate` requests per second."""
+    try:
+        return dataclasses.replace(clients, rate_per_s=rate)
+    except ConfigError as err:
+        raise rebase(where, err) from None
 
 
 def sessions_from_dict(value: object) -> SessionConfig:

@@ -22,8 +22,10 @@ def simulate(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, 
              executors: Sequence[Executor], *, seed: int = 0,
              on_done: Callable[[int], None] | None = None,
              overhead: SchedulingOverhead | None = None,
-             max_model_len: int | None = None) -> RunResult:
+             max_model_len: int | None = None,
+             max_concurrency: int | None = None) -> RunResult:
     """Replay `trace` through policy `policy_name` (with `policy_params`, RNG seeded by `seed`)
     on one executor per instance; see `sim.simulate.run_simulation` for the rest."""
     return run_simulation(trace, policy_factory(policy_name, policy_params, seed), executors,
-                          on_done=on_done, overhead=overhead, max_model_len=max_model_len)
+                          on_done=on_done, overhead=overhead, max_model_len=max_model_len,
+                          max_concurrency=max_concurrency)

@@ -75,8 +75,9 @@ class KVReleasingPolicy:
 def replay(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, Any] | None,
            executors: Sequence[Executor], *, seed: int = 0,
            on_done: Callable[[int], None] | None = None,
-           max_model_len: int | None = None) -> RunResult:
-    """`sim.simulate.simulate` on real executors (each reset first)."""
+           max_model_len: int | None = None,
+           max_concurrency: int | None = None) -> RunResult:
+    """`sim.simulate.simulate` on real executors (each reset first), open or closed loop."""
     from policies.registry import build_policy
 
     for ex in executors:
@@ -92,7 +93,7 @@ def replay(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, An
     check_prefix_caching_backend(inner.config, "real", "policy_params")
     policy = KVReleasingPolicy(inner)
     stats = Simulation(requests, policy, executors, recorder, on_done=on_done,  # type: ignore
-                       max_model_len=limit).run()
+                       max_model_len=limit, max_concurrency=max_concurrency).run()
     records = request_records(requests)
     summary = summarize(records, recorder, stats)
     return RunResult(records, recorder.steps_frame(),

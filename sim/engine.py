@@ -10,6 +10,13 @@ With a `SchedulingOverhead` (sim/overhead.py) each iteration also pays modelled 
 time, serialized with the GPU or overlapped with the previous iteration (async); the step is then
 run untruncated and cut on the overhead-adjusted clock, so the jumps stay exact. The policy's own
 host time (next_step + update, `time.perf_counter`) is measured for every step either way.
+
+With `max_concurrency` N the arrival process is a closed loop, as `vllm bench serve
+--max-concurrency` (a semaphore in the client): a request is sent at its trace time or, when N
+requests are in the system, as soon as one of them finishes, and its `arrival_s` becomes that
+send time (latencies count from it, as the client measures them). While a request waits for a
+slot, steps run one iteration at a time, so a release is seen at the same iteration boundary as
+when iterating one step at a time. Without it the open-loop arrival process is unchanged.
 """
 
 from __future__ import annotations
@@ -57,11 +64,16 @@ class _State:
     arrivals_done: bool = False
     idle: dict[int, simpy.Event] = field(default_factory=dict)  # instance -> wake-up event
     on_done: Callable[[int], None] | None = None  # progress callback
+    num_sent: int = 0  # requests released by a closed-loop arrival process
+    slot: simpy.Event | None = None  # closed loop: succeeds when a request leaves the system
 
     def done(self, n: int) -> None:
         self.num_done += n
         if self.on_done is not None and n:
             self.on_done(n)
+        if self.slot is not None and n:
+            slot, self.slot = self.slot, None
+            slot.succeed()
 
     def wake_all(self) -> None:
         idle, self.idle = self.idle, {}
@@ -80,13 +92,17 @@ class Simulation:
     on_done: Callable[[int], None] | None = None  # called with the number of newly done requests
     overhead: SchedulingOverhead | None = None  # modelled scheduler CPU time per iteration
     max_model_len: int | None = None  # tokens; longer prompts rejected, outputs cut (None: no cap)
+    max_concurrency: int | None = None  # requests in the system at once (closed loop); None: open
     env: simpy.Environment = field(default_factory=simpy.Environment)
 
     def run(self) -> list[InstanceStats]:
         """Simulate until every request is finished, rejected or failed."""
         state = _State(total=len(self.requests), on_done=self.on_done)
         stats = [InstanceStats(i, ex.kv_capacity_tokens) for i, ex in enumerate(self.executors)]
-        self.env.process(self._arrivals(state))
+        if self.max_concurrency is None:
+            self.env.process(self._arrivals(state))
+        else:
+            self.env.process(self._closed_arrivals(state, self.max_concurrency))
         for i, ex in enumerate(self.executors):
             self.env.process(self._serve(i, ex, stats[i], state))
         self.env.run()
@@ -102,6 +118,28 @@ class Simulation:
         for i, r in enumerate(reqs):
             if r.arrival_s > env.now:
                 yield env.timeout(r.arrival_s - env.now)
+            state.next_arrival_s = reqs[i + 1].arrival_s if i + 1 < len(reqs) else math.inf
+            if not self._admit(r, env.now):
+                state.done(1)
+            state.wake_all()
+        state.arrivals_done = True
+        self.policy.drain(env.now)
+        state.wake_all()
+
+    def _closed_arrivals(self, state: _State, limit: int):
+        """Each request at its trace time, or when one of the `limit` in the system leaves."""
+        env, reqs = self.env, self.requests
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"max_concurrency={limit!r}: must be an int >= 1")
+        for i, r in enumerate(reqs):
+            if r.arrival_s > env.now:
+                yield env.timeout(r.arrival_s - env.now)
+            while state.num_sent - state.num_done >= limit:
+                state.next_arrival_s = env.now  # a release may come at any step end
+                state.slot = env.event()
+                yield state.slot
+            r.arrival_s = env.now
+            state.num_sent += 1
             state.next_arrival_s = reqs[i + 1].arrival_s if i + 1 < len(reqs) else math.inf
             if not self._admit(r, env.now):
                 state.done(1)

@@ -36,7 +36,8 @@ def simulate(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, 
              executors: Sequence[Executor], *, seed: int = 0,
              on_done: Callable[[int], None] | None = None,
              overhead: SchedulingOverhead | None = None,
-             max_model_len: int | None = None) -> RunResult:
+             max_model_len: int | None = None,
+             max_concurrency: int | None = None) -> RunResult:
     """`policies.simulate.simulate`, kept here for callers not yet moved there: a policy name
     needs the registry, imported lazily. The one import from sim/ upward, tolerated (and listed
     in tests/test_layering.py) until sim/bench_replay.py and the tests call policies.simulate
@@ -44,18 +45,21 @@ def simulate(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, 
     from policies.registry import policy_factory
 
     return run_simulation(trace, policy_factory(policy_name, policy_params, seed), executors,
-                          on_done=on_done, overhead=overhead, max_model_len=max_model_len)
+                          on_done=on_done, overhead=overhead, max_model_len=max_model_len,
+                          max_concurrency=max_concurrency)
 
 
 def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
                    executors: Sequence[Executor], *,
                    on_done: Callable[[int], None] | None = None,
                    overhead: SchedulingOverhead | None = None,
-                   max_model_len: int | None = None) -> RunResult:
+                   max_model_len: int | None = None,
+                   max_concurrency: int | None = None) -> RunResult:
     """Replay `trace` through the policy `make_policy` builds, on one executor per instance,
     with the scheduler CPU time `overhead` models (sim.overhead) before each iteration, if
     given. Prompts longer than `max_model_len` (default: the model's context) are rejected and
-    outputs cut where prompt + output reach it (sim/limits.py)."""
+    outputs cut where prompt + output reach it (sim/limits.py). With `max_concurrency` N at
+    most N requests are in the system at once (closed loop, sim/engine.py)."""
     limit = resolve_max_model_len(executors, max_model_len)
     requests = requests_from_trace(trace)
     recorder = Recorder()
@@ -64,7 +68,8 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
     policy = make_policy(infos, recorder)
     stats: list[InstanceStats] = Simulation(requests, policy, executors, recorder,
                                             on_done=on_done, overhead=overhead,
-                                            max_model_len=limit).run()
+                                            max_model_len=limit,
+                                            max_concurrency=max_concurrency).run()
     records = request_records(requests)
     summary = summarize(records, recorder, stats)
     return RunResult(records, recorder.steps_frame(),

@@ -84,7 +84,7 @@ def test_presets(name: str, prompt_mean: float, output_mean: float) -> None:
     ({}, "synthetic.num_requests"),
     ({"num_requests": 0}, "synthetic.num_requests"),
     ({"duration_s": -1.0}, "synthetic.duration_s"),
-    ({"num_requests": 5, "arrival": "weibull"}, "synthetic.arrival"),
+    ({"num_requests": 5, "arrival": "pareto"}, "synthetic.arrival"),
     ({"num_requests": 5, "cv": 2.0}, "synthetic.cv"),
     ({"num_requests": 5, "arrival": "gamma", "cv": -1.0}, "synthetic.cv"),
 ])

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError
-from traces.arrivals import arrivals, arrivals_until, interarrival_gaps
+from traces.arrivals import arrivals, arrivals_until, interarrival_gaps, weibull_shape
 from traces.lengths import LENGTH_KINDS, LENGTH_PRESETS, LengthDist, resample_lengths
 from traces.schema import validate_trace
 from traces.transform import poisson_from_lengths, scale_rate
@@ -22,24 +22,29 @@ __all__ = ["ARRIVAL_KINDS", "LENGTH_KINDS", "LENGTH_PRESETS", "LengthDist", "Syn
            "arrivals", "arrivals_until", "interarrival_gaps", "poisson_from_lengths",
            "resample_lengths", "scale_rate", "synthetic_trace"]
 
-ARRIVAL_KINDS: tuple[str, ...] = ("poisson", "gamma")
+ARRIVAL_KINDS: tuple[str, ...] = ("poisson", "gamma", "weibull")
 
 
 @dataclass(frozen=True)
 class SyntheticConfig:
     """A synthetic workload. Set num_requests, duration_s, or both (stop at whichever first)."""
 
-    rate_per_s: float = 1.0  # requests per second (mean)
+    rate_per_s: float = 1.0  # requests per second (mean); inf: every request at 0 (num_requests)
     num_requests: int | None = None  # requests
     duration_s: float | None = None  # seconds; arrivals lie in [0, duration_s)
-    arrival: str = "poisson"  # "poisson" (cv must be 1) or "gamma"
+    arrival: str = "poisson"  # "poisson" (cv must be 1), "gamma" or "weibull"
     cv: float = 1.0  # inter-arrival std / mean, dimensionless (gamma shape = 1 / cv^2)
     prompt: LengthDist = LENGTH_PRESETS["sharegpt"][0]  # prompt length distribution, tokens
     output: LengthDist = LENGTH_PRESETS["sharegpt"][1]  # output length distribution, tokens
 
     def __post_init__(self) -> None:
-        if not (0 < self.rate_per_s < math.inf):
-            raise ConfigError("synthetic.rate_per_s", self.rate_per_s, "must be finite and > 0")
+        if not (0 < self.rate_per_s <= math.inf):
+            raise ConfigError("synthetic.rate_per_s", self.rate_per_s, "must be > 0")
+        if self.rate_per_s == math.inf and (self.num_requests is None
+                                            or self.duration_s is not None):
+            raise ConfigError("synthetic.rate_per_s", self.rate_per_s,
+                              "an infinite rate (every request at 0) takes num_requests and "
+                              "no duration_s")
         if self.num_requests is None and self.duration_s is None:
             raise ConfigError("synthetic.num_requests", None, "set num_requests or duration_s")
         n = self.num_requests
@@ -53,6 +58,11 @@ class SyntheticConfig:
                               f"unknown; known: {', '.join(ARRIVAL_KINDS)}")
         if not (0 <= self.cv < math.inf):
             raise ConfigError("synthetic.cv", self.cv, "must be finite and >= 0")
+        if self.arrival == "weibull":
+            try:
+                weibull_shape(self.cv)
+            except ConfigError as err:
+                raise ConfigError("synthetic.cv", self.cv, err.reason) from None
         if self.arrival == "poisson" and self.cv != 1:
             raise ConfigError("synthetic.cv", self.cv, "poisson arrivals have cv = 1; "
                                                        "use arrival='gamma' for other cv")
@@ -73,11 +83,13 @@ class SyntheticConfig:
 def synthetic_trace(cfg: SyntheticConfig, seed: int) -> pd.DataFrame:
     """A validated trace drawn from `cfg`; the same seed gives the same frame."""
     rng = np.random.default_rng(seed)
+    process = "weibull" if cfg.arrival == "weibull" else "gamma"
     if cfg.duration_s is None:
-        times = arrivals(cfg.rate_per_s, int(cfg.num_requests or 0), cv=cfg.cv, rng=rng)
+        times = arrivals(cfg.rate_per_s, int(cfg.num_requests or 0), cv=cfg.cv, rng=rng,
+                         process=process)
     else:
         times = arrivals_until(cfg.rate_per_s, cfg.duration_s, cv=cfg.cv, rng=rng,
-                               max_n=cfg.num_requests)
+                               max_n=cfg.num_requests, process=process)
     df = pd.DataFrame({
         "arrival_s": times,
         "prompt_tokens": cfg.prompt.sample(times.size, rng),

@@ -1,4 +1,5 @@
-"""Re-timing real traces: rate scaling and fresh Poisson arrivals for a trace's requests."""
+"""Re-timing real traces: rate scaling, fresh Poisson or Gamma (bursty) arrivals for a trace's
+requests, and every request at once (rate inf)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError, TraceError
-from traces.arrivals import arrivals
+from traces.arrivals import arrivals, cv_from_burstiness
 from traces.columns import MAX_ARRIVAL_S
 from traces.schema import trace_stats, validate_trace
 
@@ -57,3 +58,24 @@ def poisson_from_lengths(lengths_df: pd.DataFrame, rate_per_s: float,
     rng = np.random.default_rng(seed)
     df.insert(0, "arrival_s", arrivals(rate_per_s, len(df), rng=rng))
     return validate_trace(df, "poisson_from_lengths")
+
+
+def gamma_from_lengths(lengths_df: pd.DataFrame, rate_per_s: float, seed: int, *,
+                       burstiness: float) -> pd.DataFrame:
+    """The requests of `lengths_df` in row order, re-timed with Gamma arrivals as vLLM's
+    benchmark draws them: shape = `burstiness`, mean gap 1 / rate_per_s (gap CV 1 / sqrt(b));
+    burstiness 1 draws the same times as `poisson_from_lengths` with the same seed."""
+    if not (0 < rate_per_s < math.inf):
+        raise ConfigError("gamma_from_lengths.rate_per_s", rate_per_s, "must be finite and > 0")
+    cv = cv_from_burstiness(burstiness)
+    df = lengths_df.reset_index(drop=True).drop(columns=["arrival_s"], errors="ignore")
+    rng = np.random.default_rng(seed)
+    df.insert(0, "arrival_s", arrivals(rate_per_s, len(df), cv=cv, rng=rng))
+    return validate_trace(df, "gamma_from_lengths")
+
+
+def all_at_once(lengths_df: pd.DataFrame) -> pd.DataFrame:
+    """The requests of `lengths_df` in row order, all arriving at 0 (`--request-rate inf`)."""
+    df = lengths_df.reset_index(drop=True).drop(columns=["arrival_s"], errors="ignore")
+    df.insert(0, "arrival_s", np.zeros(len(df), dtype=np.float64))
+    return validate_trace(df, "all_at_once")
