@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from policies.registry import policy_factory
 from sim.bench_fit import (DEFAULT_FIT, FIT_PARAMS, STAGE_DEFAULT_FIT, STAGE_FIT_PARAMS,
                            TTFT_WEIGHT, BenchFit, fit_bench)
 from sim.cluster import ClusterSpec
@@ -127,8 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = [read_bench_result(f, fmt=args.format, seed=args.seed) for f in args.results]
         fields = None if args.fit is None else [f.strip() for f in args.fit.split(",")
                                                 if f.strip()]
-        fit = fit_bench([r.trace for r in results], cluster, args.policy, params, fields,
-                        args.max_evals, ttft_weight=args.ttft_weight)
+        fit = fit_bench([r.trace for r in results], cluster, policy_factory(args.policy, params),
+                        fields, args.max_evals, ttft_weight=args.ttft_weight)
     except (ConfigError, TraceError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

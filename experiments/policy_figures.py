@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from experiments.capacity import Capacity, SearchConfig, search_capacity
+from policies.simulate import simulate
 from sim.cluster import ClusterSpec, build_executors
-from sim.simulate import simulate
 from sim.slo import SLO, meets_slo, slo_summary
 from traces.synthetic import LENGTH_PRESETS, LengthDist, SyntheticConfig, synthetic_trace
 

@@ -197,7 +197,7 @@ def rejection_warnings(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def catalogue() -> str:
     """Registered policies (Config fields and defaults), models, GPUs and trace formats."""
-    from policies.registry import get_policy, policy_names
+    from policies.registry import FOLLOWS, get_policy, policy_names
     from sim.hardware import GPUS
     from sim.models import MODELS
     from traces.paths import SHARED_TRACES
@@ -206,7 +206,8 @@ def catalogue() -> str:
 
     lines = ["Policies:"]
     for name in policy_names():
-        lines.append(f"  {name}")
+        follows = FOLLOWS.get(name)
+        lines.append(f"  {name}" + (f"  (follows: {follows})" if follows else ""))
         for f in dataclasses.fields(get_policy(name).Config):
             default = f.default if f.default is not dataclasses.MISSING else (
                 f.default_factory() if f.default_factory is not dataclasses.MISSING else "?")

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
+from experiments.bench_flags import add_bench_flags, bench_overrides
 from experiments.config import ExperimentConfig
 from experiments.config_load import apply_overrides, load_config  # noqa: F401 (re-exported)
 from experiments.checks import check_cluster  # noqa: F401 (re-exported)
@@ -150,6 +151,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     vllm.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
                       help="SLOs in ms for request_goodput (completed requests meeting all of "
                       "them per second), e.g. --goodput ttft:200 tpot:50 e2el:20000")
+    add_bench_flags(vllm)  # --request-rate, --burstiness, ... (experiments/bench_flags.py)
     args = parser.parse_args(argv)
     from experiments.vllm_bench import parse_options
     try:
@@ -163,6 +165,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"--strict={args.strict}: a fraction of requests in [0, 1]")
     if args.backend is not None:
         args.overrides.append(f"cluster.backend={args.backend}")
+    try:  # vllm bench serve flags as overrides, after the --set ones
+        args.overrides.extend(bench_overrides(args, None if args.list else args.config,
+                                              args.overrides))
+    except ConfigError as exc:
+        parser.error(str(exc))
     return args
 
 

@@ -161,8 +161,8 @@ def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
 def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
               on_done: Callable[[int], None] | None) -> RunResult:
     from experiments.executors import build_executors
+    from policies.simulate import simulate
     from sim.overhead import overhead_kwargs
-    from sim.simulate import simulate
     from sim.slo import slo_summary
 
     cluster = cfg.cluster_for(spec.entry)

@@ -103,8 +103,18 @@ def policy_entries(cfg: ExperimentConfig, opts: ValidateOptions) -> list[PolicyE
         from policies.registry import policy_names
 
         listed = {e.name for e in entries}
-        entries += [PolicyEntry(name, name) for name in policy_names() if name not in listed]
+        entries += [PolicyEntry(name, name, _real_defaults(name)) for name in policy_names()
+                    if name not in listed]
     return entries
+
+
+def _real_defaults(name: str) -> dict[str, Any]:
+    """Default params a policy can run with on the real engine, whose KV is per request:
+    prefix caching (on by default in vllm_v1, as in vLLM) is turned off."""
+    from policies.registry import get_policy
+
+    fields = {f.name for f in dataclasses.fields(get_policy(name).Config)}
+    return {"enable_prefix_caching": False} if "enable_prefix_caching" in fields else {}
 
 
 def calibrate_engine(executor: Any, opts: ValidateOptions, out: Path) -> Path:

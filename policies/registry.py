@@ -25,6 +25,7 @@ BUILTIN_POLICIES: dict[str, str] = {
     "orca": "policies.orca",
     "dynamic": "policies.dynamic",
     "vllm": "policies.vllm",
+    "vllm_v1": "policies.vllm_v1",
     "sarathi": "policies.sarathi",
     "ccb": "policies.ccb",
     "glp": "policies.magnus.policy",
@@ -32,6 +33,25 @@ BUILTIN_POLICIES: dict[str, str] = {
     "magnus": "policies.magnus.policy",
     "djl": "policies.djl",
     "lacb": "policies.length_aware.policy",
+}
+
+# policy name -> the real system (and version) it follows, one line (`--list`, docs/policies.md)
+FOLLOWS: dict[str, str] = {
+    "vanilla": "static batching, FCFS, greedy (TF Serving / Triton; Magnus' VS baseline)",
+    "dynamic": "dynamic batching: full batch or max delay (Triton dynamic batcher, DJL Serving)",
+    "orca": "iteration-level scheduling, max_tokens reservation (ORCA, OSDI 2022)",
+    "ccb": "conservative continuous batching (the Magnus paper's CCB baseline)",
+    "vllm": "vLLM's V0 scheduler: prefill-only steps, no chunking (PagedAttention, SOSP 2023; "
+            "the default before vLLM 0.8)",
+    "vllm_v1": "today's vLLM V1 scheduler: one token budget per step, chunked prefill, prefix "
+               "caching (vLLM >= 0.8; main at 00024d31)",
+    "sarathi": "chunked prefills, stall-free batching (Sarathi-Serve, OSDI 2024; budget 512)",
+    "djl": "DJL Serving LMI rolling batch, its option names (runs as vllm / sarathi / orca)",
+    "lacb": "length-aware continuous batching on predicted lengths (the direction Magnus leaves "
+            "open; docs/length_aware.md)",
+    "glp": "Magnus ablation: length prediction + WMA batching, fixed batch size (ICWS 2024)",
+    "abp": "Magnus ablation: GLP without the batch size cap (ICWS 2024)",
+    "magnus": "Magnus: length prediction, adaptive batches, HRRN (Cheng et al., ICWS 2024)",
 }
 
 _REGISTRY: dict[str, type[Policy]] = {}

@@ -77,7 +77,7 @@ def replay(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, An
            on_done: Callable[[int], None] | None = None,
            max_model_len: int | None = None,
            max_concurrency: int | None = None) -> RunResult:
-    """`sim.simulate.simulate` on real executors (each reset first), open or closed loop."""
+    """`policies.simulate.simulate` on real executors (each reset first), open or closed loop."""
     from policies.registry import build_policy
 
     for ex in executors:

@@ -1,10 +1,11 @@
 """Fitting a cost model's engine terms to a real serving benchmark (vllm bench serve, SGLang).
 
 The benchmark's requests (a trace with `measured_ttft_s` and `measured_tpot_s` columns, as
-`traces.bench_results` reads them) are replayed through `sim.simulate.simulate` on a cluster's
-cost-model executors under a policy, and the chosen fields (`sim.bench_params`: the roofline's
-`CostModelConfig` overheads, or with `cost_model: {kind: stage}` the stage model's host terms
-cpu_step_s / cpu_per_seq_s / sampler_*, passed as `cluster.cost_model` overrides) are fitted by
+`traces.bench_results` reads them) are replayed through `sim.simulate.run_simulation` on a
+cluster's cost-model executors under a policy factory (`policies.registry.policy_factory`),
+and the chosen fields (`sim.bench_params`: the roofline's `CostModelConfig` overheads, or with
+`cost_model: {kind: stage}` the stage model's host terms cpu_step_s / cpu_per_seq_s /
+sampler_*, passed as `cluster.cost_model` overrides) are fitted by
 `scipy.optimize.least_squares` (trust region with bounds). Residuals are sums, not single
 requests: a request's own TTFT jumps by up to an iteration when a parameter moves its arrival
 across an iteration boundary, and a short request's TPOT jumps when another prefill lands in
@@ -40,9 +41,10 @@ import pandas as pd
 
 from sim.bench_params import (DEFAULT_FIT, FIT_PARAMS, STAGE_DEFAULT_FIT, STAGE_FIT_PARAMS,
                               FitParam, FitSpace, fit_space)
-from sim.bench_replay import ErrorStats, check_trace, error_stats, finished, replay
+from sim.bench_replay import ErrorStats, check_factory, check_trace, error_stats, finished, replay
 from sim.cluster import ClusterSpec
 from sim.errors import ConfigError
+from sim.policy import PolicyFactory
 
 __all__ = ["BenchFit", "DEFAULT_FIT", "FIT_PARAMS", "STAGE_DEFAULT_FIT", "STAGE_FIT_PARAMS",
            "FitParam", "fit_bench", "quantile_bins"]
@@ -79,12 +81,12 @@ class _Budget(Exception):
 class _Objective:
     """Residuals of a parameter vector over every trace, counting and caching simulations."""
 
-    def __init__(self, traces: Sequence[pd.DataFrame], cluster: ClusterSpec, policy: str,
-                 policy_params: Mapping[str, Any] | None, names: Sequence[str],
-                 table: Mapping[str, FitParam], seed: int, max_evaluations: int,
+    def __init__(self, traces: Sequence[pd.DataFrame], cluster: ClusterSpec,
+                 make_policy: PolicyFactory, names: Sequence[str],
+                 table: Mapping[str, FitParam], max_evaluations: int,
                  ttft_weight: float) -> None:
         self.traces = traces  # the benchmark runs fitted together
-        self.run = (cluster, policy, policy_params, seed)  # what replay() needs besides a trace
+        self.run = (cluster, make_policy)  # what replay() needs besides a trace
         self.names = tuple(names)  # fitted cost-model fields
         self.params = [table[k] for k in names]  # their variable mappings
         self.bins = [(quantile_bins(t["prompt_tokens"].to_numpy(), TTFT_BINS),
@@ -101,8 +103,8 @@ class _Objective:
 
     def records(self, overrides: Mapping[str, float] | None) -> list[pd.DataFrame]:
         """Simulated records of every trace under `overrides`."""
-        cluster, policy, params, seed = self.run
-        return [replay(t, cluster, policy, params, overrides, seed) for t in self.traces]
+        cluster, make_policy = self.run
+        return [replay(t, cluster, make_policy, overrides) for t in self.traces]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         key = np.asarray(x, dtype=np.float64).tobytes()
@@ -121,13 +123,14 @@ class _Objective:
 
 
 def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpec,
-              policy: str = "vllm", policy_params: Mapping[str, Any] | None = None,
-              fit: Sequence[str] | None = None, max_evaluations: int = 40,
-              seed: int = 0, ttft_weight: float = TTFT_WEIGHT) -> BenchFit:
+              make_policy: PolicyFactory, fit: Sequence[str] | None = None,
+              max_evaluations: int = 40, ttft_weight: float = TTFT_WEIGHT) -> BenchFit:
     """Fit the `fit` fields of the cluster's cost model (default: its kind's per-step and
     per-sequence overheads, `sim.bench_params`) to the measured TTFT and TPOT of one benchmark
     run or several (e.g. one per request rate: varied load separates the per-step from the
-    per-sequence overhead). One evaluation simulates every run."""
+    per-sequence overhead) under the policy `make_policy` builds
+    (`policies.registry.policy_factory(name, params, seed)`). One evaluation simulates every
+    run."""
     from scipy.optimize import least_squares  # lazy: scipy comes with scikit-learn
 
     runs = [traces] if isinstance(traces, pd.DataFrame) else list(traces)
@@ -140,8 +143,9 @@ def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpe
     x0, lower, upper = _start(names, space)
     if not (isinstance(ttft_weight, (int, float)) and 0 <= ttft_weight < math.inf):
         raise ConfigError("ttft_weight", ttft_weight, "must be a number >= 0")
-    objective = _Objective(runs, cluster, policy, policy_params, names, space.table, seed,
-                           max_evaluations, float(ttft_weight))
+    check_factory(make_policy)
+    objective = _Objective(runs, cluster, make_policy, names, space.table, max_evaluations,
+                           float(ttft_weight))
     before_records = objective.records(None)
     before = _stats(runs, before_records)
     if space.step_field in names:  # start where the median TPOT gap puts it (ms variable)

@@ -1,7 +1,8 @@
 """Replaying a serving benchmark's requests in the simulator and scoring the result.
 
 `replay` runs a benchmark trace (`traces.bench_results`: schema columns plus `measured_ttft_s`,
-`measured_tpot_s`) through `sim.simulate.simulate` on a cluster's cost-model executors, with
+`measured_tpot_s`) through `sim.simulate.run_simulation` on a cluster's cost-model executors
+under a policy factory (`policies.registry.policy_factory(name, params, seed)`), with
 cost-model overrides (roofline `CostModelConfig` fields, or StageParams fields with
 `kind: stage` / `profile`, merged into `cluster.cost_model`); `error_stats` compares the
 simulated per-request TTFT and TPOT with the measured ones (errors are simulated / measured - 1).
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,8 @@ import pandas as pd
 from sim.cluster import ClusterSpec, build_executors
 from sim.errors import ConfigError
 from sim.overhead import build_overhead
-from sim.simulate import simulate
+from sim.policy import PolicyFactory
+from sim.simulate import run_simulation
 
 MEASURED = ("measured_ttft_s", "measured_tpot_s")  # trace columns compared against (seconds)
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")  # what the replay simulates
@@ -62,19 +64,26 @@ def check_trace(trace: pd.DataFrame) -> None:
         raise ConfigError("trace", 0, "has no requests")
 
 
-def replay(trace: pd.DataFrame, cluster: ClusterSpec, policy: str,
-           policy_params: Mapping[str, Any] | None = None,
-           overrides: Mapping[str, float] | None = None, seed: int = 0) -> pd.DataFrame:
-    """Simulated records of the trace's requests (row order) on `cluster` with the cost-model
-    `overrides` applied."""
+def check_factory(make_policy: object) -> None:
+    """ConfigError unless `make_policy` is a PolicyFactory (sim/ does not resolve names)."""
+    if not callable(make_policy):
+        raise ConfigError("make_policy", make_policy, "must be a PolicyFactory, e.g. "
+                          "policies.registry.policy_factory('vllm', params, seed)")
+
+
+def replay(trace: pd.DataFrame, cluster: ClusterSpec, make_policy: PolicyFactory,
+           overrides: Mapping[str, float] | None = None) -> pd.DataFrame:
+    """Simulated records of the trace's requests (row order) on `cluster` under the policy
+    `make_policy` builds, with the cost-model `overrides` applied."""
+    check_factory(make_policy)
     if cluster.backend != "sim" or "calibration" in cluster.cost_model:
         raise ConfigError("cluster.cost_model", dict(cluster.cost_model),
                           "bench fitting adjusts the roofline: use backend sim, no calibration")
     spec = dataclasses.replace(cluster, cost_model={**cluster.cost_model, **(overrides or {})})
-    result = simulate(trace.loc[:, list(TRACE_COLUMNS)].reset_index(drop=True), policy,
-                      policy_params, build_executors(spec), seed=seed,
-                      overhead=build_overhead(spec.scheduling_overhead, spec.backend),
-                      max_model_len=spec.max_model_len)
+    result = run_simulation(trace.loc[:, list(TRACE_COLUMNS)].reset_index(drop=True),
+                            make_policy, build_executors(spec),
+                            overhead=build_overhead(spec.scheduling_overhead, spec.backend),
+                            max_model_len=spec.max_model_len)
     return result.records.sort_values("request_id").reset_index(drop=True)
 
 

@@ -149,7 +149,7 @@ def calibrated_overhead(path: object) -> dict[str, float]:
 
 
 def overhead_kwargs(cluster: Any) -> dict[str, SchedulingOverhead]:
-    """`{"overhead": ...}` for `sim.simulate.simulate` when a ClusterSpec names a non-zero
+    """`{"overhead": ...}` for `policies.simulate.simulate` when a ClusterSpec names a non-zero
     scheduling overhead, else {} (so a real replay, which refuses one, gets nothing)."""
     overhead = build_overhead(cluster.scheduling_overhead, cluster.backend)
     return {} if overhead is None or overhead.is_zero else {"overhead": overhead}

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -30,23 +30,6 @@ class RunResult:
     instances: pd.DataFrame  # one row per instance
     events: pd.DataFrame  # scheduler events (OOM, preemption, retraining...)
     summary: dict[str, float]  # run-level metrics
-
-
-def simulate(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, Any] | None,
-             executors: Sequence[Executor], *, seed: int = 0,
-             on_done: Callable[[int], None] | None = None,
-             overhead: SchedulingOverhead | None = None,
-             max_model_len: int | None = None,
-             max_concurrency: int | None = None) -> RunResult:
-    """`policies.simulate.simulate`, kept here for callers not yet moved there: a policy name
-    needs the registry, imported lazily. The one import from sim/ upward, tolerated (and listed
-    in tests/test_layering.py) until sim/bench_replay.py and the tests call policies.simulate
-    or run_simulation."""
-    from policies.registry import policy_factory
-
-    return run_simulation(trace, policy_factory(policy_name, policy_params, seed), executors,
-                          on_done=on_done, overhead=overhead, max_model_len=max_model_len,
-                          max_concurrency=max_concurrency)
 
 
 def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,

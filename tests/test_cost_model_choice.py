@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from policies.simulate import simulate
 from sim.cluster import ClusterSpec, build_executors
 from sim.cost_model import RooflineCostModel
 from sim.errors import ConfigError
-from sim.simulate import simulate
 from sim.stage_model import StageCostModel
 from tests.factories import make_trace
 from traces.paths import default_data_dir

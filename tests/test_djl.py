@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from policies.djl import DjlConfig, engine_params
+from policies.simulate import simulate
 from sim.errors import ConfigError
 from sim.request import Request
-from sim.simulate import simulate
 from tests.factories import LinearExecutor, random_trace
 from tests.test_policy_vllm import make_policy
 

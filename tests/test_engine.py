@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from policies.registry import policy_names
+from policies.simulate import simulate
 from sim.executor import Step, StepResult
-from sim.simulate import simulate
 from tests.factories import LinearExecutor, make_trace, random_trace
 
 

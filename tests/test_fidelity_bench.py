@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from experiments.bench_calibrate import main as calibrate_main
+from policies.registry import policy_factory
 from sim.bench_fit import FIT_PARAMS, fit_bench
 from sim.bench_replay import error_stats, replay
 from sim.cluster import ClusterSpec, build_executors
@@ -26,6 +27,7 @@ from sim.errors import ConfigError, TraceError
 from traces.bench_results import (concurrency_replay, parse_bench_result, read_bench_result,
                                   send_schedule)
 
+VLLM = policy_factory("vllm", None)  # the simulated server's policy
 KNOWN = {"step_overhead_s": 0.005, "per_seq_overhead_s": 0.00015}  # seconds
 CLUSTER = ClusterSpec()  # llama-2-7b on one A100-80GB
 
@@ -40,7 +42,7 @@ def measured(arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
     """Simulated records of the requests under `overrides` (the "server")."""
     trace = pd.DataFrame({"arrival_s": arrival, "prompt_tokens": prompt,
                           "output_tokens": output})
-    return replay(trace, CLUSTER, "vllm", None, overrides)
+    return replay(trace, CLUSTER, VLLM, overrides)
 
 
 def vllm_result(arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
@@ -85,7 +87,7 @@ def test_fit_recovers_known_overheads(tmp_path: Path) -> None:
     results = [read_bench_result(write(tmp_path, f"r{i}.json", d))
                for i, d in enumerate(two_runs(KNOWN))]
     assert [r.arrivals for r in results] == ["seeded", "all_at_zero"]
-    fit = fit_bench([r.trace for r in results], CLUSTER, "vllm", max_evaluations=24)
+    fit = fit_bench([r.trace for r in results], CLUSTER, VLLM, max_evaluations=24)
     for key, value in KNOWN.items():
         assert fit.overrides[key] == pytest.approx(value, rel=0.03), key
     assert fit.before.tpot_bias < -0.2  # the default overheads are far too small
@@ -102,7 +104,7 @@ def test_measured_start_times_are_the_arrivals(tmp_path: Path) -> None:
     assert result.arrivals == "measured" and result.format == "vllm"
     assert result.trace["arrival_s"].to_numpy() == pytest.approx(arrival - arrival[0])
     # with the known overheads the replay reproduces the measurements
-    stats = error_stats(result.trace, replay(result.trace, CLUSTER, "vllm", None, KNOWN))
+    stats = error_stats(result.trace, replay(result.trace, CLUSTER, VLLM, KNOWN))
     assert stats.tpot_median_abs < 1e-9 and stats.ttft_median_abs < 1e-9
 
 
@@ -209,11 +211,13 @@ def test_fit_rejects_bad_arguments() -> None:
     trace = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [10], "output_tokens": [3],
                           "measured_ttft_s": [0.05], "measured_tpot_s": [0.02]})
     with pytest.raises(ConfigError, match="fit"):
-        fit_bench(trace, CLUSTER, fit=["activation_bytes_factor"])
+        fit_bench(trace, CLUSTER, VLLM, fit=["activation_bytes_factor"])
     with pytest.raises(ConfigError, match="max_evaluations"):
-        fit_bench(trace, CLUSTER, max_evaluations=2)
+        fit_bench(trace, CLUSTER, VLLM, max_evaluations=2)
+    with pytest.raises(ConfigError, match="make_policy"):  # sim/ resolves no policy names
+        fit_bench(trace, CLUSTER, "vllm")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="measured_ttft_s"):
-        fit_bench(trace.drop(columns="measured_ttft_s"), CLUSTER)
+        fit_bench(trace.drop(columns="measured_ttft_s"), CLUSTER, VLLM)
     assert set(FIT_PARAMS) == {"step_overhead_s", "per_seq_overhead_s", "compute_efficiency",
                                "memory_efficiency"}
 

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from experiments.bench_calibrate import main as calibrate_main
+from policies.registry import policy_factory
 from sim.bench_fit import FIT_PARAMS, fit_bench
 from sim.bench_params import STAGE_FIT_PARAMS, fit_space
 from sim.bench_replay import replay
@@ -24,6 +25,7 @@ from sim.errors import ConfigError
 from sim.gpu_params import A100_80GB_PARAMS
 from traces.bench_results import read_bench_result, send_schedule
 
+VLLM = policy_factory("vllm", None)  # the simulated server's policy
 KNOWN = {"cpu_step_s": 0.004, "cpu_per_seq_s": 0.00003}  # seconds (A100 guesses: 2.5 ms, 5 us)
 STAGE = ClusterSpec(cost_model={"kind": "stage"})  # llama-2-7b on one A100-80GB
 
@@ -32,7 +34,7 @@ def result(arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
            rate: float | str) -> dict[str, Any]:
     """A vLLM detailed result of the requests served by the stage model with KNOWN."""
     trace = pd.DataFrame({"arrival_s": arrival, "prompt_tokens": prompt, "output_tokens": output})
-    rec = replay(trace, STAGE, "vllm", None, KNOWN)
+    rec = replay(trace, STAGE, VLLM, KNOWN)
     return {"backend": "vllm", "request_rate": rate, "burstiness": 1.0, "max_concurrency": None,
             "completed": len(prompt), "failed": 0,
             "input_lens": [int(p) for p in prompt], "output_lens": [int(o) for o in output],
@@ -68,7 +70,7 @@ def test_fit_space_per_kind() -> None:
 
 def test_stage_fit_recovers_known_host_terms(tmp_path: Path) -> None:
     traces = [read_bench_result(f).trace for f in files(tmp_path)]
-    fit = fit_bench(traces, STAGE, "vllm", max_evaluations=24)
+    fit = fit_bench(traces, STAGE, VLLM, max_evaluations=24)
     assert set(fit.overrides) == set(KNOWN)
     for key, value in KNOWN.items():
         assert fit.overrides[key] == pytest.approx(value, rel=0.03), key
@@ -79,9 +81,9 @@ def test_stage_fit_recovers_known_host_terms(tmp_path: Path) -> None:
 def test_stage_fit_rejects_roofline_fields(tmp_path: Path) -> None:
     trace = read_bench_result(files(tmp_path)[0]).trace
     with pytest.raises(ConfigError, match="fit"):
-        fit_bench(trace, STAGE, fit=["step_overhead_s"])
+        fit_bench(trace, STAGE, VLLM, fit=["step_overhead_s"])
     with pytest.raises(ConfigError, match="fit"):
-        fit_bench(trace, ClusterSpec(), fit=["cpu_step_s"])
+        fit_bench(trace, ClusterSpec(), VLLM, fit=["cpu_step_s"])
 
 
 def test_cli_writes_a_stage_cost_model(tmp_path: Path, capsys: Any) -> None:

@@ -18,13 +18,13 @@ import pandas as pd
 import pytest
 
 from experiments.fit_gpu import main as fit_gpu_main
+from policies.simulate import simulate
 from sim.cluster import ClusterSpec, build_executors
 from sim.cost_model import DeploymentSpec
 from sim.errors import ConfigError
 from sim.gpu_params import A100_80GB_PARAMS, stage_params_for
 from sim.hardware import get_gpu
 from sim.models import get_model
-from sim.simulate import simulate
 from sim.stage_fit import DECODE_FIELDS, GEMM_FIELDS, PREFILL_FIELDS, SMALL_FIELDS
 from sim.stage_model import StageCostModel
 from sim.stage_params import AllReduceParams, StageParams

@@ -12,11 +12,11 @@ from policies.length_aware.admission import (Ordering, admission_order, outstand
                                              planned_tokens, priority_key, reservation_tokens)
 from policies.magnus.length_service import LearningSettings, LengthService
 from policies.magnus.config import PredictorConfig
+from policies.simulate import simulate
 from sim.block_manager import BlockManager
 from sim.errors import ConfigError
 from sim.recorder import Recorder
 from sim.request import Request, RequestStatus
-from sim.simulate import simulate
 from tests.factories import LinearExecutor, make_trace, random_trace
 from tests.test_engine import OneIterationExecutor
 from tests.test_policy_vllm import arrive, check_blocks, make_policy, run_step, simulate_checked

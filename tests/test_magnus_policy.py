@@ -6,11 +6,11 @@ import pytest
 from policies.magnus.config import ABPConfig, GLPConfig, MagnusConfig
 from policies.magnus.estimator import BatchSample
 from policies.registry import build_policy
+from policies.simulate import simulate
 from sim.errors import ConfigError
 from sim.executor import InstanceInfo, StepResult
 from sim.recorder import Recorder
 from sim.request import Request, RequestStatus
-from sim.simulate import simulate
 from tests.factories import LinearExecutor, random_trace
 from tests.test_magnus_workload import write_apps
 from traces.magnus_workload import magnus_workload

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.simulate import simulate
+from policies.simulate import simulate
 from tests.factories import LinearExecutor, random_trace
 from tests.test_engine import OneIterationExecutor
 

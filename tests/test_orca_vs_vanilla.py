@@ -3,8 +3,8 @@
 
 import pytest
 
+from policies.simulate import simulate
 from sim.cluster import ClusterSpec, build_executors
-from sim.simulate import simulate
 from traces.registry import load_trace, shared_trace_path
 from traces.transform import poisson_from_lengths
 

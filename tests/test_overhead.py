@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from policies.registry import policy_names
+from policies.simulate import simulate
 from sim.cluster import ClusterSpec
 from sim.errors import ConfigError
 from sim.overhead import SchedulingOverhead, build_overhead, overhead_kwargs
-from sim.simulate import simulate
 from tests.factories import LinearExecutor, make_trace, random_trace
 from tests.test_engine import OneIterationExecutor
 

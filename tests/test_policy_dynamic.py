@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from policies.registry import build_policy
+from policies.simulate import simulate
 from sim.errors import ConfigError
 from sim.executor import InstanceInfo
 from sim.recorder import Recorder
 from sim.request import Request
-from sim.simulate import simulate
 from tests.factories import LinearExecutor, make_trace, random_trace
 from tests.test_properties import check_invariants
 

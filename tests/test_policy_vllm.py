@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies.registry import build_policy
+from policies.simulate import simulate
 from sim.engine import Simulation
 from sim.errors import ConfigError
 from sim.executor import InstanceInfo, Step, StepResult
 from sim.recorder import Recorder
 from sim.request import Request, RequestStatus, requests_from_trace
-from sim.simulate import simulate
 from tests.factories import LinearExecutor, make_trace, random_trace
 from tests.test_properties import check_invariants
 

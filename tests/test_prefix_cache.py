@@ -6,10 +6,10 @@ import pytest
 
 from experiments.config import experiment_from_dict
 from policies.paged import PagedPolicy
+from policies.simulate import simulate
 from sim.block_manager import BlockManager
 from sim.errors import ConfigError, TraceError
 from sim.prefix_keys import block_keys, covered_tokens
-from sim.simulate import simulate
 from tests.factories import LinearExecutor, make_trace, random_trace, stream_block_ids
 from traces.schema import validate_trace
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies.registry import policy_names
-from sim.simulate import simulate
+from policies.simulate import simulate
 from tests.factories import LinearExecutor, with_block_ids
 
 POLICIES = policy_names()
@@ -41,6 +41,11 @@ VARIANTS: dict[str, list[dict]] = {
                  "acceptance_concentration": 5.0, "token_budget": 300, "max_num_seqs": 8},
                 {"enable_prefix_caching": True, "num_speculative_tokens": 3,
                  "token_budget": 300, "router": "least_tokens"}],
+    "vllm_v1": [{"max_num_batched_tokens": 64, "max_num_seqs": 8, "block_size": 4},
+                {"enable_prefix_caching": False, "long_prefill_token_threshold": 40},
+                {"num_speculative_tokens": 3, "acceptance_rate": 0.6, "max_num_seqs": 8,
+                 "max_num_batched_tokens": 300, "router": "least_tokens"},
+                {"num_speculative_tokens": 2, "block_size": 8, "router": "session_affinity"}],
     "djl": [{"rolling_batch": "trtllm", "max_rolling_batch_size": 4, "max_num_tokens": 64},
             {"rolling_batch": "scheduler", "max_model_len": 128},
             {"enable_chunked_prefill": True, "max_rolling_batch_size": 8,

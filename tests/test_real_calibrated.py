@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from policies.simulate import simulate
 from real.fit import export_trees, fit_learned, fit_roofline, roofline_times
 from sim.calibrated import (FEATURES, CalibratedExecutor, RooflineTimes, load_calibrated_executor,
                             step_features)
@@ -19,7 +20,6 @@ from sim.executor import Step
 from sim.hardware import GPUSpec
 from sim.learned_trees import ensemble_from_dict
 from sim.models import get_model
-from sim.simulate import simulate
 from tests.factories import make_trace
 
 DEVICE = GPUSpec("test-device", 2.0**40, 100e9, 2e12, 2e12, 1e9, 0.0)

@@ -16,7 +16,7 @@ from real.replay import replay  # noqa: E402
 from real.timing import CPU_CLOCKS  # noqa: E402
 from sim.calibrated import CalibratedExecutor  # noqa: E402
 from sim.executor import Executor, Step  # noqa: E402
-from sim.simulate import simulate  # noqa: E402
+from policies.simulate import simulate  # noqa: E402
 from tests.factories import LinearExecutor, make_trace, random_trace  # noqa: E402
 
 

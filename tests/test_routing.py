@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from policies.routing import HashRing, InstanceLoad, build_router, check_router
+from policies.simulate import simulate
 from sim.cluster import ClusterSpec, build_executors
 from sim.errors import ConfigError
 from sim.request import Request
-from sim.simulate import simulate
 from tests.factories import LinearExecutor, random_trace
 
 

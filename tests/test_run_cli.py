@@ -117,9 +117,9 @@ def test_list_names_policies_models_gpus_and_formats(capsys):
 
 
 def test_results_are_written_as_each_run_finishes(tmp_path, monkeypatch):
-    import sim.simulate
+    import policies.simulate
 
-    real = sim.simulate.simulate
+    real = policies.simulate.simulate
     calls: list[int] = []
 
     def flaky(*args, **kwargs):
@@ -128,7 +128,7 @@ def test_results_are_written_as_each_run_finishes(tmp_path, monkeypatch):
             raise RuntimeError("boom")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sim.simulate, "simulate", flaky)
+    monkeypatch.setattr(policies.simulate, "simulate", flaky)
     out = tmp_path / "out"
     assert run_cli(write_config(tmp_path, TINY), out) == 1  # a run failed, the others landed
     assert len(pd.read_csv(out / "summary.csv")) == 3

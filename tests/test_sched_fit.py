@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from policies.simulate import simulate
 from real.calibrate import main as calibrate_main
 from real.sched_fit import fit_scheduling
 from sim.errors import ConfigError
 from sim.overhead import SchedulingOverhead, build_overhead
-from sim.simulate import simulate
 from tests.factories import LinearExecutor, random_trace
 
 FIXED, PER_REQUEST = 1.2e-4, 6e-6

@@ -8,8 +8,8 @@ import pytest
 
 from experiments.config import experiment_from_dict
 from experiments.workload import build_workload
+from policies.simulate import simulate
 from sim.errors import ConfigError
-from sim.simulate import simulate
 from tests.factories import LinearExecutor
 from traces.lengths import LengthDist
 from traces.sessions import SESSION_ID_STRIDE, SessionConfig, session_trace

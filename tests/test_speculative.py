@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from policies.simulate import simulate
 from policies.speculative import (Speculator, accepted_counts, check_speculative,
                                   expected_tokens_per_step)
 from sim.block_manager import BlockManager
@@ -17,7 +18,6 @@ from sim.draft import draft_deployment, shared_kv_capacity
 from sim.errors import ConfigError
 from sim.executor import Step
 from sim.request import Request
-from sim.simulate import simulate
 from tests.factories import LinearExecutor, make_trace
 from tests.test_properties import check_invariants
 

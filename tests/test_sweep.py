@@ -47,10 +47,10 @@ def test_runs_have_stable_hashes_that_ignore_labels(tmp_path):
 def test_resume_skips_finished_runs_and_reruns_changed_ones(tmp_path, monkeypatch):
     out = tmp_path / "out"
     assert sweep(tmp_path, out) == 0
-    import sim.simulate
+    import policies.simulate
     calls = []
-    real = sim.simulate.simulate
-    monkeypatch.setattr(sim.simulate, "simulate",
+    real = policies.simulate.simulate
+    monkeypatch.setattr(policies.simulate, "simulate",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     assert sweep(tmp_path, out) == 0
     assert calls == []  # everything was finished
@@ -67,8 +67,8 @@ def test_a_run_that_raises_is_recorded_and_the_sweep_goes_on(tmp_path):
     # orca with max_tokens 8 rejects most requests: fine; make a run crash instead
     raw["policies"][1]["params"] = {"max_batch_size": 4}
     out = tmp_path / "out"
-    import sim.simulate
-    real = sim.simulate.simulate
+    import policies.simulate
+    real = policies.simulate.simulate
 
     def crash_on_orca(trace, policy, *a, **k):
         if policy == "orca":
@@ -76,7 +76,7 @@ def test_a_run_that_raises_is_recorded_and_the_sweep_goes_on(tmp_path):
         return real(trace, policy, *a, **k)
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(sim.simulate, "simulate", crash_on_orca)
+    mp.setattr(policies.simulate, "simulate", crash_on_orca)
     try:
         assert sweep(tmp_path, out, raw=raw) == 1
     finally:

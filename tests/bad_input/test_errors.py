@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 
+from policies.simulate import simulate
 from sim.cluster import ClusterSpec, build_executors
 from sim.errors import ConfigError, TraceError
-from sim.simulate import simulate
 from tests.factories import make_trace
 
 

@@ -59,10 +59,11 @@ def trace_config(tmp_path: Path) -> dict:
 @pytest.fixture
 def count_runs(monkeypatch) -> list:
     """Each simulated run appends to the returned list."""
-    import sim.simulate
+    import policies.simulate
     calls: list = []
-    real = sim.simulate.simulate
-    monkeypatch.setattr(sim.simulate, "simulate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = policies.simulate.simulate
+    monkeypatch.setattr(policies.simulate, "simulate",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
     return calls
 
 

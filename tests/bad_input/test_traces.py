@@ -19,8 +19,8 @@ import yaml
 from experiments import run
 from experiments.config import experiment_from_dict
 from experiments.sweep import preload
+from policies.simulate import simulate
 from sim.errors import ConfigError, TraceError
-from sim.simulate import simulate
 from tests.factories import LinearExecutor, make_trace
 from traces.registry import load_trace
 from traces.schema import UnsortedTraceWarning, validate_trace

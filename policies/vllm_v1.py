@@ -1,0 +1,217 @@
+"""`vllm_v1`: today's vLLM scheduler (the V1 engine's `vllm/v1/core/sched/scheduler.py`).
+
+Followed from vLLM's main branch (vllm-project/vllm, `vllm/v1/core/sched/scheduler.py` at
+00024d31, `vllm/config/scheduler.py` at 01230b40, `EngineArgs.get_batch_defaults` in
+`vllm/engine/arg_utils.py`); `vllm` stays the V0 scheduler. Per instance and step:
+
+- There is no prefill or decode phase: one token budget (`max_num_batched_tokens`) per step, and
+  each scheduled request gets the tokens that let its computed tokens catch up with its known
+  tokens (prompt + sampled outputs), capped by what is left of the budget (and by
+  `long_prefill_token_threshold` when set). Chunked prefill is always on.
+- RUNNING requests first, in admission order: decodes take one token (k + 1 with a draft), a
+  partially prefilled request its next chunk. KV blocks are allocated on demand for exactly the
+  tokens scheduled (`allocate_slots`; no watermark, no whole-prompt reservation). When blocks
+  run out, the most recently admitted running request is preempted by recomputation
+  (`self.running.pop()`, the only mode V1 has) until the request fits or preempted itself.
+- Then WAITING requests, FCFS, while budget is left, fewer than `max_num_seqs` run and no
+  request was preempted in this step: a new request starts from its cached prefix (prefix
+  caching on by default, as in V1), its first chunk gets blocks, or admission stops.
+
+Rows of a Step are decodes first (their order does not change the cost). A decode-only step
+without preemption jumps over as many iterations as cannot change the batch (`policies/paged.py`);
+with the prefix cache it also ends where a blocked waiting request's admission could change or
+blocks would be cached in another order than one iteration at a time, so jumps stay exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.errors import ConfigError, check_positive
+from sim.executor import Step
+from sim.prefix_keys import BlockKey
+from sim.request import Request
+
+from policies.paged import PagedConfig, PagedInstance, PagedPolicy
+from policies.registry import register_policy
+
+
+@dataclass(frozen=True)
+class VllmV1Config(PagedConfig):
+    # vLLM online serving (`vllm serve`) on H100/H200-class GPUs (>= 70 GiB, not A100):
+    # EngineArgs.get_batch_defaults gives OPENAI_API_SERVER 8192 tokens / 1024 seqs; on A100
+    # and smaller GPUs it gives 2048 / 256 (set those here to follow it there).
+    max_num_batched_tokens: int = 8192  # tokens per step (the token budget), all requests
+    max_num_seqs: int = 1024  # running requests per instance (vLLM serve default, H100 class)
+    long_prefill_token_threshold: int = 0  # tokens per prefill chunk at most; 0: no cap (vLLM)
+    watermark: float = 0.0  # V1's KVCacheManager keeps no blocks free when admitting
+    enable_prefix_caching: bool = True  # V1 default (CacheConfig.enable_prefix_caching)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ConfigError("max_num_batched_tokens", self.max_num_batched_tokens,
+                              f"must be >= max_num_seqs={self.max_num_seqs} (as vLLM checks)")
+        if self.long_prefill_token_threshold < 0:
+            raise ConfigError("long_prefill_token_threshold", self.long_prefill_token_threshold,
+                              "must be >= 0 (0: no cap)")
+
+
+@dataclass
+class Plan:
+    """One step being scheduled on an instance."""
+
+    budget: int  # tokens left in the step's budget
+    decodes: list[Request]  # running requests computing one token (k + 1 verifying)
+    prefills: list[Request]  # requests computing a prefill chunk
+    chunks: list[int]  # new tokens of each prefill, tokens
+    preempted: bool = False  # a running request was preempted in this step
+
+
+@register_policy("vllm_v1")
+class VllmV1Policy(PagedPolicy):
+    Config = VllmV1Config
+    config: VllmV1Config
+
+    def chunk(self, num_new_tokens: int, budget: int) -> int:
+        """Tokens scheduled for a request that needs `num_new_tokens`, `budget` being left."""
+        threshold = self.config.long_prefill_token_threshold
+        if 0 < threshold < num_new_tokens:
+            num_new_tokens = threshold
+        return min(num_new_tokens, budget)
+
+    def schedule_running(self, s: PagedInstance, plan: Plan, now: float) -> None:
+        """Give running requests, in admission order, their tokens and the blocks for them,
+        preempting the most recently admitted while blocks are short."""
+        i = 0
+        while i < len(s.running) and plan.budget > 0:
+            r = s.running[i]
+            i += 1
+            decode = r.num_new_tokens == 1 and r.num_computed_tokens > 0
+            n = self.decode_width if decode else self.chunk(r.num_new_tokens, plan.budget)
+            if n > plan.budget:
+                break  # a verify of k + 1 tokens does not fit what is left
+            before = len(s.running)
+            fits = self.grow(s, r, n, now)
+            plan.preempted |= len(s.running) < before
+            if not fits:
+                break  # r preempted itself: it was the last running request
+            if decode:
+                plan.decodes.append(r)
+            else:
+                plan.prefills.append(r)
+                plan.chunks.append(n)
+            plan.budget -= n
+
+    def admit_chunk(self, s: PagedInstance, instance_id: int, plan: Plan, now: float) -> bool:
+        """Admit the head waiting request with blocks for its cached prefix and first chunk;
+        False when the blocks are not free."""
+        r = s.waiting[0]
+        keys = [] if self.prefix is None else self.prefix.lookup_keys(r)
+        hits = s.blocks.find_cached_prefix(keys) if keys else []
+        cached = min(len(hits) * s.blocks.block_size, r.num_tokens - 1)
+        n = self.chunk(r.num_tokens - cached, plan.budget)
+        if s.blocks.num_blocks_to_allocate(cached + n, hits) > s.blocks.num_free_blocks:
+            return False
+        s.waiting.popleft()
+        s.blocks.allocate(r.request_id, cached + n,
+                          keys=keys[: (cached + n) // s.blocks.block_size])
+        r.num_computed_tokens = cached
+        r.num_cached_tokens += cached
+        r.mark_scheduled(now, instance_id)
+        s.running.append(r)
+        plan.prefills.append(r)
+        plan.chunks.append(n)
+        plan.budget -= n
+        return True
+
+    def schedule_waiting(self, s: PagedInstance, instance_id: int, plan: Plan,
+                         now: float) -> None:
+        """Admit waiting requests FCFS while the budget, `max_num_seqs` and blocks allow."""
+        if plan.preempted:
+            return  # V1 admits nothing in a step that preempted
+        while plan.budget > 0 and s.waiting and len(s.running) < self.config.max_num_seqs:
+            if not self.admit_chunk(s, instance_id, plan, now):
+                break
+
+    def next_step(self, instance_id: int, now: float) -> Step | None:
+        s = self.state[instance_id]
+        plan = Plan(self.config.max_num_batched_tokens, [], [], [])
+        self.schedule_running(s, plan, now)
+        self.schedule_waiting(s, instance_id, plan, now)
+        if not plan.decodes and not plan.prefills:
+            return None
+        if not plan.prefills and not plan.preempted:
+            return self.jump(s, instance_id, plan.decodes, plan.budget)
+        batch = plan.decodes + plan.prefills
+        chunks = [1] * len(plan.decodes) + plan.chunks
+        return self.make_step(s, instance_id, batch, chunks, num_decodes=len(plan.decodes))
+
+    def jump(self, s: PagedInstance, instance_id: int, decodes: list[Request],
+             budget: int) -> Step:
+        """A decode-only step over the iterations that cannot change the batch; with the
+        prefix cache, also no further than where a waiting request's admission could change
+        or a block would be cached in another order than one iteration at a time."""
+        step = self.decode_step(s, instance_id, decodes)
+        caps = (self.iterations_to_admission_change(s, decodes, budget, step.num_iterations),
+                self.iterations_to_cache_order_change(s, decodes, step.num_iterations))
+        cap = min((c for c in caps if c is not None), default=step.num_iterations)
+        if cap >= step.num_iterations:
+            return step
+        bs = s.blocks.block_size
+        held = np.array([s.blocks.num_tokens(r.request_id) for r in decodes], dtype=np.int64)
+        s.num_pending_blocks = int((-(-np.maximum(cap - 1 - (-held % bs), 0) // bs)).sum())
+        n = len(decodes)
+        return self.make_step(s, instance_id, decodes, [1] * n, cap, n)
+
+    def iterations_to_admission_change(self, s: PagedInstance, decodes: list[Request],
+                                       budget: int, num_iterations: int) -> int | None:
+        """Decode iterations after which the head waiting request, blocked on KV blocks now,
+        may fit: a decode completes (and caches) the block it misses first, or, when a cached
+        hit of it is evictable and its chunk may be cut by the budget, a decode takes a new
+        block (evicting that hit cuts its chunk's blocks). None: it cannot change in a jump."""
+        if (self.prefix is None or not s.waiting or budget <= 0
+                or len(s.running) >= self.config.max_num_seqs):
+            return None
+        head, bs = s.waiting[0], s.blocks.block_size
+        keys = self.prefix.lookup_keys(head)
+        hits = s.blocks.find_cached_prefix(keys)
+        caps = []
+        if len(hits) < len(keys):
+            want = keys[len(hits)]
+            for r in decodes:
+                own, c = self.prefix.keys(r), r.num_computed_tokens
+                for j in range(c // bs, min(len(own), (c + num_iterations) // bs)):
+                    if own[j] == want:
+                        caps.append((j + 1) * bs - c)
+                        break
+        revived = s.blocks.num_blocks_to_allocate(len(hits) * bs, hits)  # evictable hits
+        if revived and self.chunk(head.num_tokens, budget) < head.num_tokens:
+            caps.append(1 + min(-s.blocks.num_tokens(r.request_id) % bs for r in decodes))
+        return min(caps, default=None)
+
+    def iterations_to_cache_order_change(self, s: PagedInstance, decodes: list[Request],
+                                         num_iterations: int) -> int | None:
+        """Where one-iteration steps would cache the jump's completed blocks differently from
+        one update at its end (which grows every block first, then caches in batch order):
+        before a key completed earlier by another decode, or at a key held by an evictable
+        block (a later growth may evict it). None: nowhere."""
+        if self.prefix is None:
+            return None
+        bs, blocks = s.blocks.block_size, s.blocks
+        when: dict[BlockKey, list[int]] = {}  # content key -> iterations completing it
+        for r in decodes:
+            own, c = self.prefix.keys(r), r.num_computed_tokens
+            for j in range(c // bs, min(len(own), (c + num_iterations) // bs)):
+                when.setdefault(own[j], []).append((j + 1) * bs - c)
+        caps = [num_iterations]
+        for key, its in when.items():
+            first = min(its)
+            caps += [i - 1 for i in its if i > first]
+            held = blocks.find_cached_prefix([key])
+            if held and blocks.num_blocks_to_allocate(bs, held):  # cached, evictable
+                caps.append(first)
+        return min(caps)
