@@ -31,7 +31,6 @@ import numpy as np
 
 from sim.errors import ConfigError, check_positive
 from sim.executor import Step
-from sim.prefix_keys import BlockKey
 from sim.request import Request
 
 from policies.paged import PagedConfig, PagedInstance, PagedPolicy
@@ -192,26 +191,3 @@ class VllmV1Policy(PagedPolicy):
         if revived and self.chunk(head.num_tokens, budget) < head.num_tokens:
             caps.append(1 + min(-s.blocks.num_tokens(r.request_id) % bs for r in decodes))
         return min(caps, default=None)
-
-    def iterations_to_cache_order_change(self, s: PagedInstance, decodes: list[Request],
-                                         num_iterations: int) -> int | None:
-        """Where one-iteration steps would cache the jump's completed blocks differently from
-        one update at its end (which grows every block first, then caches in batch order):
-        before a key completed earlier by another decode, or at a key held by an evictable
-        block (a later growth may evict it). None: nowhere."""
-        if self.prefix is None:
-            return None
-        bs, blocks = s.blocks.block_size, s.blocks
-        when: dict[BlockKey, list[int]] = {}  # content key -> iterations completing it
-        for r in decodes:
-            own, c = self.prefix.keys(r), r.num_computed_tokens
-            for j in range(c // bs, min(len(own), (c + num_iterations) // bs)):
-                when.setdefault(own[j], []).append((j + 1) * bs - c)
-        caps = [num_iterations]
-        for key, its in when.items():
-            first = min(its)
-            caps += [i - 1 for i in its if i > first]
-            held = blocks.find_cached_prefix([key])
-            if held and blocks.num_blocks_to_allocate(bs, held):  # cached, evictable
-                caps.append(first)
-        return min(caps)
