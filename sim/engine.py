@@ -99,10 +99,7 @@ class Simulation:
         """Simulate until every request is finished, rejected or failed."""
         state = _State(total=len(self.requests), on_done=self.on_done)
         stats = [InstanceStats(i, ex.kv_capacity_tokens) for i, ex in enumerate(self.executors)]
-        if self.max_concurrency is None:
-            self.env.process(self._arrivals(state))
-        else:
-            self.env.process(self._closed_arrivals(state, self.max_concurrency))
+        self.env.process(self._arrivals(state, self.max_concurrency))
         for i, ex in enumerate(self.executors):
             self.env.process(self._serve(i, ex, stats[i], state))
         self.env.run()
@@ -113,33 +110,23 @@ class Simulation:
                 f"unfinished with nothing scheduled (first ids: {stuck})")
         return stats
 
-    def _arrivals(self, state: _State):
+    def _arrivals(self, state: _State, limit: int | None = None):
+        """Each request at its trace time; with `limit` (closed loop) also only when fewer than
+        `limit` are in the system, its arrival then being the time it is sent."""
         env, reqs = self.env, self.requests
-        for i, r in enumerate(reqs):
-            if r.arrival_s > env.now:
-                yield env.timeout(r.arrival_s - env.now)
-            state.next_arrival_s = reqs[i + 1].arrival_s if i + 1 < len(reqs) else math.inf
-            if not self._admit(r, env.now):
-                state.done(1)
-            state.wake_all()
-        state.arrivals_done = True
-        self.policy.drain(env.now)
-        state.wake_all()
-
-    def _closed_arrivals(self, state: _State, limit: int):
-        """Each request at its trace time, or when one of the `limit` in the system leaves."""
-        env, reqs = self.env, self.requests
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):
             raise ValueError(f"max_concurrency={limit!r}: must be an int >= 1")
         for i, r in enumerate(reqs):
             if r.arrival_s > env.now:
                 yield env.timeout(r.arrival_s - env.now)
-            while state.num_sent - state.num_done >= limit:
-                state.next_arrival_s = env.now  # a release may come at any step end
-                state.slot = env.event()
-                yield state.slot
-            r.arrival_s = env.now
-            state.num_sent += 1
+            if limit is not None:
+                while state.num_sent - state.num_done >= limit:
+                    state.next_arrival_s = env.now  # a release may come at any step end
+                    state.slot = env.event()
+                    yield state.slot
+                r.arrival_s = env.now
+                state.num_sent += 1
             state.next_arrival_s = reqs[i + 1].arrival_s if i + 1 < len(reqs) else math.inf
             if not self._admit(r, env.now):
                 state.done(1)
