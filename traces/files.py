@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, BinaryIO
 
+import pandas as pd
+
 from sim.errors import ConfigError, TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"  # first two bytes of every gzip stream
@@ -148,3 +150,17 @@ def peek_jsonl(path: Path, fmt: str = "jsonl") -> dict | None:
     for _, obj in iter_jsonl(path, limit=1, fmt=fmt):
         return obj
     return None
+
+
+def read_csv_cells(path: Path, limit: int | None, dtype: object) -> pd.DataFrame:
+    """A CSV trace's first `limit` rows (header names stripped); TraceError for an empty or
+    malformed file. Encoding and gzip are found from the bytes (`open_text`)."""
+    with open_text(path, "csv") as fh:
+        try:
+            raw = pd.read_csv(fh, nrows=limit, dtype=dtype)
+        except pd.errors.EmptyDataError:
+            raise TraceError(str(path), "empty file; expected a header row") from None
+        except pd.errors.ParserError as exc:
+            raise TraceError(str(path), f"malformed CSV: {exc}") from None
+    raw.columns = [str(c).strip() for c in raw.columns]
+    return raw

@@ -19,7 +19,8 @@ import pandas as pd
 
 from sim.errors import TraceError
 from traces.columns import Lines
-from traces.files import check_limit, existing_file, is_gzip, iter_jsonl, open_binary, open_text
+from traces.files import (check_limit, existing_file, is_gzip, iter_jsonl, open_binary,
+                          read_csv_cells)
 from traces.schema import STRING_COLUMNS, require_rows, validate_trace
 from traces.times import relative_seconds
 
@@ -31,15 +32,7 @@ def load_csv(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
     path = existing_file(path)
     check_limit(limit)
     dtypes = {c: object for c in (*STRING_COLUMNS, ARRIVAL)}  # arrival_s as text: exact shift
-    with open_text(path, "csv") as fh:
-        try:
-            raw = pd.read_csv(fh, nrows=limit, dtype=dtypes)
-        except pd.errors.EmptyDataError:
-            raise TraceError(str(path), "empty file; expected a header row") from None
-        except pd.errors.ParserError as exc:
-            raise TraceError(str(path), f"malformed CSV: {exc}") from None
-    raw.columns = [str(c).strip() for c in raw.columns]
-    return _finish(raw, str(path))
+    return _finish(read_csv_cells(path, limit, dtypes), str(path))
 
 
 def load_parquet(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:

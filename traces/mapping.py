@@ -22,7 +22,7 @@ import pandas as pd
 
 from sim.errors import ConfigError, TraceError
 from traces.columns import Lines, is_missing, row_label, where_text
-from traces.files import check_limit, existing_file, iter_jsonl, open_text
+from traces.files import check_limit, existing_file, iter_jsonl, read_csv_cells
 from traces.schema import (BLOCK_COLUMN, BLOCK_TOKENS_COLUMN, REQUIRED_COLUMNS, STRING_COLUMNS,
                            require_rows, validate_trace)
 from traces.times import relative_seconds
@@ -102,15 +102,7 @@ def load_mapped(path: str | Path, fmt: str, mapping: TraceMapping, *,
 def _read_raw(path: Path, fmt: str, limit: int | None) -> tuple[pd.DataFrame, Lines]:
     """The file's cells as read (CSV: all text), with file lines for JSON lines."""
     if fmt == "csv":
-        with open_text(path, "csv") as fh:
-            try:
-                raw = pd.read_csv(fh, nrows=limit, dtype=object)
-            except pd.errors.EmptyDataError:
-                raise TraceError(str(path), "empty file; expected a header row") from None
-            except pd.errors.ParserError as exc:
-                raise TraceError(str(path), f"malformed CSV: {exc}") from None
-        raw.columns = [str(c).strip() for c in raw.columns]
-        return raw, None
+        return read_csv_cells(path, limit, object), None
     if fmt == "parquet":
         try:
             raw = pd.read_parquet(path)
