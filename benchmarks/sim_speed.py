@@ -7,7 +7,7 @@ is at least 5,000 (the whole trace in under 4 s).
     python benchmarks/sim_speed.py [--policy orca] [--instances 1] [--repeat 3]
         [--cost-model roofline|stage|profile]
 
-`--cost-model` picks `cluster.cost_model.kind` (default roofline, as before); `profile` reads
+`--cost-model` picks `cluster.cost_model.kind` (default stage, the simulator's default); `profile` reads
 the shared A100 profile (`../shared/data/profiles`, or $SIMSERVE_DATA_DIR/profiles).
 """
 
@@ -32,7 +32,7 @@ COST_MODELS = ("roofline", "stage", "profile")  # --cost-model choices (cluster.
 def cost_model_options(kind: str) -> dict:
     """`cluster.cost_model` for a --cost-model choice."""
     if kind == "roofline":
-        return {}
+        return {"kind": "roofline"}
     if kind == "stage":
         return {"kind": "stage"}
     return {"kind": "profile", "profiles": str(default_data_dir() / "profiles")}
@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--policy", default="orca")
     ap.add_argument("--instances", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3, help="runs; the best is reported")
-    ap.add_argument("--cost-model", choices=COST_MODELS, default="roofline",
+    ap.add_argument("--cost-model", choices=COST_MODELS, default="stage",
                     help="cluster.cost_model.kind (profile: the shared A100 profile)")
     args = ap.parse_args()
     trace = load_trace(shared_trace_path("azure_conv"))

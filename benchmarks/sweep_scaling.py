@@ -25,7 +25,7 @@ def sweep_config(num_requests: int) -> dict:
     return {"name": "scaling",
             "workload": {"synthetic": {"num_requests": num_requests, "lengths": "sharegpt"}},
             "cluster": {"model": "llama-2-7b", "gpu": "A100-80GB"},
-            "policies": [{"name": "vanilla"}, {"name": "orca"}, {"name": "vllm"},
+            "policies": [{"name": "vanilla"}, {"name": "orca"}, {"name": "vllm_v0"},
                          {"name": "sarathi"}],
             "request_rates": [1, 2, 4, 8, 16], "seeds": [0, 1]}
 

@@ -87,11 +87,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="llama-2-7b", help="built-in model or HF config path")
     p.add_argument("--gpu", default="A100-80GB", help="built-in GPU name")
     p.add_argument("--tp", type=int, default=1, help="tensor parallelism of the server")
-    p.add_argument("--policy", default="vllm", help="the simulated policy (default vllm)")
+    p.add_argument("--policy", default="vllm", help="the simulated policy, as the server "
+                   "scheduled (default vllm: today's vLLM V1; vllm_v0 for vLLM < 0.8)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="policy parameter as the server ran, e.g. max_num_seqs=256")
-    p.add_argument("--cost-model", choices=("roofline", "stage"), default="roofline",
-                   help="the cost model whose engine terms are fitted (default roofline)")
+    p.add_argument("--cost-model", choices=("roofline", "stage"), default="stage",
+                   help="the cost model whose engine terms are fitted (default stage)")
     p.add_argument("--stage-params", default=None, metavar="FILE", help="stage parameter JSON "
                    "(python -m experiments.fit_gpu) the stage fit starts from")
     p.add_argument("--fit", default=None,
@@ -111,11 +112,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cost_model_options(args: argparse.Namespace) -> dict[str, Any]:
-    """`cluster.cost_model` of the fitted cluster: {} (roofline) or {kind: stage[, params]}."""
+    """`cluster.cost_model` of the fitted cluster: {kind: roofline} or {kind: stage[, params]}."""
     if args.cost_model == "roofline":
         if args.stage_params is not None:
             raise ConfigError("--stage-params", args.stage_params, "only with --cost-model stage")
-        return {}
+        return {"kind": "roofline"}
     return {"kind": "stage", **({"params": args.stage_params} if args.stage_params else {})}
 
 

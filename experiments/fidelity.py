@@ -10,10 +10,10 @@ composed layer times (experiments/fidelity_rows.py). Prints median |error|, p90 
 signed bias (median of predicted / measured - 1) per GPU, model, TP, stage and regime, and writes
 DIR/rows.csv, DIR/summary.csv, DIR/summary.json and DIR/fidelity.png.
 
-Cost models: `roofline` (today's default, sim/roofline_stages.py; --calibration applies a
-`python -m real.calibrate` file's fitted CostModelConfig), `stage` (sim/stage_model.py with the
-GPU's parameters; roofline if that module or the GPU's parameters are missing), `profile` (the
-tables themselves, sim/profile_cost_model.py, falling back to the roofline; a sanity check).
+Cost models: `stage` (the simulator's default, sim/stage_model.py with the GPU's parameters),
+`roofline` (sim/roofline_stages.py; --calibration applies a `python -m real.calibrate` file's
+fitted CostModelConfig, and implies --cost-model roofline), `profile` (the tables themselves,
+sim/profile_cost_model.py, falling back to the roofline; a sanity check).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import pandas as pd
 
 from experiments.fidelity_models import stages_factory
 from experiments.fidelity_rows import REGIMES, all_rows
+from sim.errors import ConfigError
 from sim.hardware import get_gpu
 from sim.models import get_model
 from sim.profile_tables import load_profiles
@@ -98,9 +99,15 @@ def plot(rows: pd.DataFrame, path: Path, title: str) -> Path:
 
 
 def run_report(profile_dir: str | Path, model: str = "llama-2-7b", gpu: str = "A100-80GB",
-               cost_model: str = "roofline", calibration: str | None = None,
+               cost_model: str | None = None, calibration: str | None = None,
                out: str | Path | None = None) -> dict[str, Any]:
-    """Build the rows and summary; write them (and the figure) under `out` when given."""
+    """Build the rows and summary; write them (and the figure) under `out` when given.
+    `cost_model` None: roofline with a calibration file (it holds roofline fields), else stage."""
+    if cost_model is None:
+        cost_model = "roofline" if calibration else "stage"
+    elif calibration and cost_model != "roofline":
+        raise ConfigError("--calibration", calibration, f"a real.calibrate file sets roofline "
+                          f"fields: only with --cost-model roofline (not {cost_model})")
     spec, gpu_spec = get_model(model), get_gpu(gpu)
     tables = load_profiles(profile_dir, model=model, gpu=gpu)
     stages_for, used = stages_factory(cost_model, spec, gpu_spec, tables, calibration)
@@ -137,7 +144,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("profile_dir", help="Vidur-layout profile folder")
     p.add_argument("--model", default="llama-2-7b")
     p.add_argument("--gpu", default="A100-80GB")
-    p.add_argument("--cost-model", default="roofline", choices=("roofline", "stage", "profile"))
+    p.add_argument("--cost-model", default=None, choices=("roofline", "stage", "profile"),
+                   help="default stage (roofline with --calibration)")
     p.add_argument("--calibration", default=None, help="real.calibrate JSON (roofline)")
     p.add_argument("--out", default="results/fidelity", help="output folder")
     return p.parse_args(argv)

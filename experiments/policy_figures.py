@@ -65,26 +65,27 @@ class Scenario:
             lambda rate: meets_slo(self.run(label, rate, num_requests), self.slo), search)
 
 
+ROOFLINE = {"kind": "roofline"}  # cost model these figures were drawn with (docs/fidelity.md)
 ORCA_MAX = ("orca", {"max_batch_size": 256, "max_tokens": 2048})  # the vLLM paper's Orca (Max)
 SHAREGPT = preset_workload(*LENGTH_PRESETS["sharegpt"])
 PAGED = Scenario(  # the vLLM paper's setting: a 13B model on one A100-40GB, ShareGPT lengths
     "vLLM vs Orca (Max): llama-2-13b, A100-40GB, ShareGPT lengths",
-    ClusterSpec(model="llama-2-13b", gpu="A100-40GB"), SHAREGPT,
-    {"vllm": ("vllm", {}), "orca-max": ORCA_MAX}, SLO(normalized_latency_mean_s=0.05),
+    ClusterSpec(model="llama-2-13b", gpu="A100-40GB", cost_model=ROOFLINE), SHAREGPT,
+    {"vllm_v0": ("vllm_v0", {}), "orca-max": ORCA_MAX}, SLO(normalized_latency_mean_s=0.05),
     (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0))
 PAGED_80GB = Scenario(  # memory is plentiful: the gap narrows
     "vLLM vs Orca (Max): llama-2-7b, A100-80GB, ShareGPT lengths",
-    ClusterSpec(model="llama-2-7b", gpu="A100-80GB"), SHAREGPT,
-    {"vllm": ("vllm", {}), "orca-max": ORCA_MAX}, SLO(normalized_latency_mean_s=0.05),
+    ClusterSpec(model="llama-2-7b", gpu="A100-80GB", cost_model=ROOFLINE), SHAREGPT,
+    {"vllm_v0": ("vllm_v0", {}), "orca-max": ORCA_MAX}, SLO(normalized_latency_mean_s=0.05),
     (2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 20.0))
 CHUNKED = Scenario(
     "Sarathi-Serve vs vLLM: llama-2-7b, A100-80GB, prompts ~2k tokens",
-    ClusterSpec(model="llama-2-7b", gpu="A100-80GB"), preset_workload(*LONG_PROMPTS),
-    {"vllm": ("vllm", {}), "sarathi": ("sarathi", {"token_budget": 512})},
+    ClusterSpec(model="llama-2-7b", gpu="A100-80GB", cost_model=ROOFLINE), preset_workload(*LONG_PROMPTS),
+    {"vllm_v0": ("vllm_v0", {}), "sarathi": ("sarathi", {"token_budget": 512})},
     SLO(ttft_p90_s=2.0, tbt_p99_s=0.1), (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0))
 DYNAMIC = Scenario(
     "Dynamic vs static batching: llama-2-7b, A100-80GB, Alpaca lengths, batches of 8",
-    ClusterSpec(model="llama-2-7b", gpu="A100-80GB"),
+    ClusterSpec(model="llama-2-7b", gpu="A100-80GB", cost_model=ROOFLINE),
     preset_workload(*LENGTH_PRESETS["alpaca"]),
     {"static (full batches)": ("dynamic", {"batch_size": 8, "max_batch_delay_ms": None}),
      "dynamic (100 ms)": ("dynamic", {"batch_size": 8, "max_batch_delay_ms": 100.0}),
@@ -98,7 +99,8 @@ def quantized_run(weight_dtype: str, batch_size: int,
     """`vanilla` (OOM batches split) on requests of QUANT_SEQ tokens all waiting at t=0
     (default: four full batches)."""
     num_requests = 4 * batch_size if num_requests is None else num_requests
-    cluster = ClusterSpec(model=QUANT_MODEL, gpu=QUANT_GPU, weight_dtype=weight_dtype)
+    cluster = ClusterSpec(model=QUANT_MODEL, gpu=QUANT_GPU, weight_dtype=weight_dtype,
+                          cost_model=ROOFLINE)
     trace = pd.DataFrame({"arrival_s": np.zeros(num_requests),
                           "prompt_tokens": QUANT_SEQ[0], "output_tokens": QUANT_SEQ[1]})
     executors = build_executors(cluster)

@@ -110,7 +110,7 @@ def policy_entries(cfg: ExperimentConfig, opts: ValidateOptions) -> list[PolicyE
 
 def _real_defaults(name: str) -> dict[str, Any]:
     """Default params a policy can run with on the real engine, whose KV is per request:
-    prefix caching (on by default in vllm_v1, as in vLLM) is turned off."""
+    prefix caching (on by default in vllm, as in vLLM) is turned off."""
     from policies.registry import get_policy
 
     fields = {f.name for f in dataclasses.fields(get_policy(name).Config)}

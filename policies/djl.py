@@ -133,7 +133,7 @@ class DjlConfig(PolicyConfig):
             return "orca"
         if self.rolling_batch == "trtllm" or self.enable_chunked_prefill:
             return "sarathi"
-        return "vllm"
+        return "vllm_v0"
 
 
 def engine_params(cfg: DjlConfig, kv_capacity_tokens: int) -> tuple[str, dict[str, Any]]:
@@ -154,7 +154,7 @@ def engine_params(cfg: DjlConfig, kv_capacity_tokens: int) -> tuple[str, dict[st
     if tokens is None:
         tokens = max(cfg.max_model_len, VLLM_MIN_BATCHED_TOKENS) if cfg.max_model_len \
             else kv_capacity_tokens
-    return "vllm", {**params, "max_num_batched_tokens": tokens}
+    return "vllm_v0", {**params, "max_num_batched_tokens": tokens}
 
 
 @register_policy("djl")

@@ -24,8 +24,8 @@ BUILTIN_POLICIES: dict[str, str] = {
     "vanilla": "policies.vanilla",
     "orca": "policies.orca",
     "dynamic": "policies.dynamic",
-    "vllm": "policies.vllm",
-    "vllm_v1": "policies.vllm_v1",
+    "vllm_v0": "policies.vllm",
+    "vllm": "policies.vllm_v1",
     "sarathi": "policies.sarathi",
     "ccb": "policies.ccb",
     "glp": "policies.magnus.policy",
@@ -41,9 +41,9 @@ FOLLOWS: dict[str, str] = {
     "dynamic": "dynamic batching: full batch or max delay (Triton dynamic batcher, DJL Serving)",
     "orca": "iteration-level scheduling, max_tokens reservation (ORCA, OSDI 2022)",
     "ccb": "conservative continuous batching (the Magnus paper's CCB baseline)",
-    "vllm": "vLLM's V0 scheduler: prefill-only steps, no chunking (PagedAttention, SOSP 2023; "
+    "vllm_v0": "vLLM's V0 scheduler: prefill-only steps, no chunking (PagedAttention, SOSP 2023; "
             "the default before vLLM 0.8)",
-    "vllm_v1": "today's vLLM V1 scheduler: one token budget per step, chunked prefill, prefix "
+    "vllm": "today's vLLM V1 scheduler: one token budget per step, chunked prefill, prefix "
                "caching (vLLM >= 0.8; main at 00024d31)",
     "sarathi": "chunked prefills, stall-free batching (Sarathi-Serve, OSDI 2024; budget 512)",
     "djl": "DJL Serving LMI rolling batch, its option names (runs as vllm / sarathi / orca)",

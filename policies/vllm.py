@@ -1,4 +1,4 @@
-"""`vllm`: continuous batching over a paged KV cache (PagedAttention; Kwon et al., SOSP 2023).
+"""`vllm_v0`: continuous batching over a paged KV cache (PagedAttention; Kwon et al., SOSP 2023).
 
 Follows vLLM v0's default scheduler, per instance: when waiting requests can be admitted (FCFS,
 at most `max_num_seqs` running, at most `max_num_batched_tokens` prompt tokens per step, blocks
@@ -33,7 +33,7 @@ class VllmConfig(PagedConfig):
         check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
 
 
-@register_policy("vllm")
+@register_policy("vllm_v0")
 class VllmPolicy(PagedPolicy):
     Config = VllmConfig
     config: VllmConfig

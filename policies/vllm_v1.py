@@ -1,4 +1,4 @@
-"""`vllm_v1`: today's vLLM scheduler (the V1 engine's `vllm/v1/core/sched/scheduler.py`).
+"""`vllm`: today's vLLM scheduler (the V1 engine's `vllm/v1/core/sched/scheduler.py`).
 
 Followed from vLLM's main branch (vllm-project/vllm, `vllm/v1/core/sched/scheduler.py` at
 00024d31, `vllm/config/scheduler.py` at 01230b40, `EngineArgs.get_batch_defaults` in
@@ -70,7 +70,7 @@ class Plan:
     preempted: bool = False  # a running request was preempted in this step
 
 
-@register_policy("vllm_v1")
+@register_policy("vllm")
 class VllmV1Policy(PagedPolicy):
     Config = VllmV1Config
     config: VllmV1Config

@@ -58,7 +58,7 @@ class ClusterSpec:
         if self.draft_model is not None and (self.backend != "sim" or "calibration" in
                                              self.cost_model):
             raise ConfigError("cluster.draft_model", self.draft_model, "a draft model runs on "
-                              "the roofline cost model only (backend: sim, no calibration)")
+                              "the cost models only (backend: sim, no calibration)")
         build_overhead(self.scheduling_overhead, self.backend)  # validates; None when empty
         if self.max_model_len is not None:
             resolve_max_model_len((), self.max_model_len)  # an int >= 1; vs the model: at build
@@ -90,16 +90,15 @@ def build_executors(spec: ClusterSpec,
         return build_calibrated_executors(spec.cost_model, spec.num_instances)
     from sim.cost_executor import CostModelExecutor
     from sim.cost_model import DeploymentSpec
-    from sim.cost_model_choice import build_cost_model, roofline_config
+    from sim.cost_model_choice import build_cost_model
     from sim.draft import build_draft
     from sim.gpu_file import resolve_gpu
     from sim.models import resolve_model
 
-    cost_config = roofline_config(spec.cost_model)  # ConfigError naming a bad key
     deployment = DeploymentSpec(model=resolve_model(spec.model), gpu=resolve_gpu(spec.gpu),
                                 tensor_parallel=spec.tensor_parallel,
                                 weight_dtype=spec.weight_dtype, kv_dtype=spec.kv_dtype,
                                 gpu_memory_utilization=spec.gpu_memory_utilization)
-    draft = build_draft(deployment, spec.draft_model, cost_config)  # None without one
+    draft = build_draft(deployment, spec.draft_model, spec.cost_model)  # None without one
     executor = CostModelExecutor(build_cost_model(deployment, spec.cost_model), draft)
     return [executor] * spec.num_instances

@@ -1,10 +1,12 @@
 """Which step-time model a cost-model instance uses: `cluster.cost_model` options.
 
-    cost_model: {}                                   # roofline (default), CostModelConfig overrides
-    cost_model: {kind: stage}                        # per-stage model, the GPU's fitted parameters
+    cost_model: {}                                   # stage model (default), the GPU's parameters
+    cost_model: {kind: stage}                        # the same, named
     cost_model: {kind: stage, cpu_step_s: 4e-3}      # ... with StageParams fields overridden
     cost_model: {kind: stage, params: FILE.json}     # ... a full parameter set from a file
     cost_model: {kind: profile, profiles: DIR}       # measured tables, stage model outside them
+    cost_model: {kind: roofline}                     # the roofline (the default before issue 12)
+    cost_model: {step_overhead_s: 1e-3}              # roofline fields alone imply kind: roofline
 
 `stage` (sim/stage_model.py) gives each stage (GEMMs, attention prefill / decode, all-reduce,
 small kernels, lm_head, engine overhead) its own efficiency and fixed costs that do not divide by
@@ -28,9 +30,21 @@ CHOICE_KEYS = ("kind", "profiles", "params")  # keys of cost_model that are not 
 WHERE = "cluster.cost_model"  # the config field these options live in
 
 
+DEFAULT_KIND = "stage"  # measured-fit per-stage model (docs/fidelity.md says why)
+
+
+def _implied_kind(options: Mapping[str, Any]) -> str:
+    """The kind options without `kind` mean: `profiles` -> profile, roofline fields ->
+    roofline, else the default."""
+    if "profiles" in options:
+        return "profile"
+    roofline = {f.name for f in fields(CostModelConfig)}
+    return "roofline" if any(k in roofline for k in options) else DEFAULT_KIND
+
+
 def cost_model_kind(options: Mapping[str, Any]) -> str:
-    """The kind named by `options` (a `profiles` directory alone means `profile`)."""
-    kind = options.get("kind", "profile" if "profiles" in options else "roofline")
+    """The kind named by `options`, or implied by its keys (`_implied_kind`)."""
+    kind = options.get("kind", _implied_kind(options))
     if kind not in KINDS:
         raise ConfigError(f"{WHERE}.kind", kind, f"one of {', '.join(KINDS)} (or a "
                                                  f"calibration: FILE with its own kinds)")

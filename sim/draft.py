@@ -6,7 +6,8 @@ cached token holds KV in both models, so the instance caches
     (target KV bytes - draft weight bytes) / (target + draft KV bytes per token)
 tokens. The target's activation reserve (vLLM profiles the larger model) covers the draft's.
 
-Time, per Step, charged before the target's iteration (`draft_seconds`):
+Time, per Step, charged before the target's iteration (`draft_seconds`), from the draft's own
+cost model of the cluster's kind (stage by default) on the target's GPUs:
   iteration 1  the draft prefills every prefill chunk of the step (rows past the verify rows
                that compute more than one token, sample nothing, or start a prompt: the draft
                needs the prompt's KV too) together with the first draft token of each verify
@@ -18,7 +19,9 @@ speculates verifies every decode, and one that does not leaves the draft idle.
 
 from __future__ import annotations
 
-from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+from typing import Any, Mapping
+
+from sim.cost_model import DeploymentSpec
 from sim.errors import ConfigError
 from sim.executor import Step
 from sim.models import resolve_model
@@ -56,12 +59,12 @@ def is_prefill_row(num_new: int, num_context: int, samples: bool) -> bool:
 
 
 class DraftModel:
-    """The draft's roofline cost model and the time it adds to each Step."""
+    """The draft's cost model and the time it adds to each Step."""
 
     __slots__ = ("cost_model",)
 
-    def __init__(self, cost_model: RooflineCostModel) -> None:
-        self.cost_model = cost_model  # roofline of the draft on the target's GPUs
+    def __init__(self, cost_model: Any) -> None:
+        self.cost_model = cost_model  # the draft on the target's GPUs (roofline or stage model)
 
     @property
     def name(self) -> str:
@@ -87,8 +90,14 @@ class DraftModel:
 
 
 def build_draft(target: DeploymentSpec, draft_model: str | None,
-                config: CostModelConfig) -> DraftModel | None:
-    """The draft of a cluster (`cluster.draft_model`), or None without one."""
+                options: Mapping[str, Any]) -> DraftModel | None:
+    """The draft of a cluster (`cluster.draft_model`), or None without one: the target's
+    `cluster.cost_model` kind and options (kind profile: its stage fallback, since the draft
+    has no profile of its own)."""
     if draft_model is None:
         return None
-    return DraftModel(RooflineCostModel(draft_deployment(target, draft_model), config))
+    from sim.cost_model_choice import build_cost_model, cost_model_kind
+
+    if cost_model_kind(options) == "profile":
+        options = {**{k: v for k, v in options.items() if k != "profiles"}, "kind": "stage"}
+    return DraftModel(build_cost_model(draft_deployment(target, draft_model), options))

@@ -60,8 +60,12 @@ A100_80GB_PARAMS = StageParams(
     attn_decode_fixed_s=8.51e-6,  # fit: same decode rows
     allreduce=AllReduceParams(  # fit: all_reduce.csv, devices_per_node == num_workers rows
         num_workers=(2, 4, 8),  # GPUs per group measured on the A100 DGX
-        latency_s=(44.2e-6, 37.9e-6, 43.3e-6),  # fit: alpha per group size
-        bus_bandwidth=(170.3e9, 159.7e9, 151.6e9)),  # fit: beta per group size (bytes/s)
+        latency_s=(44.2e-6, 39.5e-6, 44.4e-6),  # fit: bulk protocol alpha per group size
+        bus_bandwidth=(170.3e9, 161.5e9, 152.6e9),  # fit: bulk beta per group size (bytes/s)
+        # fit: low-latency protocol (NCCL LL) where it is the faster on >= 8 measured sizes:
+        # 4 GPUs measure ~20 us below ~140 KB, 8 GPUs ~25-35 us; 2 GPUs show no such regime
+        ll_latency_s=(44.2e-6, 19.7e-6, 31.6e-6),  # fit: LL alpha (2 GPUs: the bulk curve)
+        ll_bus_bandwidth=(170.3e9, 10.05e9, 18.79e9)),  # fit: LL beta (bytes/s)
     allreduce_launch_s=20e-6,  # public: Vidur adds 0.02 ms of CPU launch per all-reduce
     sampler_fixed_s=0.2e-3,  # estimate (issue 12 cause 5), not measured here
     sampler_per_seq_s=2e-6,  # estimate, not measured here
@@ -82,7 +86,9 @@ def derive_params(gpu: GPUSpec, ref: StageParams = A100_80GB_PARAMS,
     ar = ref.allreduce
     allreduce = AllReduceParams(
         ar.num_workers, tuple(max(0.0, lat + extra_lat) for lat in ar.latency_s),
-        tuple(bw * link for bw in ar.bus_bandwidth))
+        tuple(bw * link for bw in ar.bus_bandwidth),
+        tuple(max(0.0, lat + extra_lat) for lat in ar.ll_latency_s),
+        tuple(bw * link for bw in ar.ll_bus_bandwidth))
     return replace(ref, gemm_half_tokens=ref.gemm_half_tokens * _ridge(gpu) / _ridge(ref_gpu),
                    allreduce=allreduce)
 
@@ -118,7 +124,11 @@ def get_stage_gpu(name: str) -> GPUSpec:
 
 
 def stage_params_for(gpu: str | GPUSpec) -> StageParams:
-    """The StageParams of a GPU (by name or spec); ConfigError for a GPU without a set."""
+    """The StageParams of a GPU by name or spec: its own set, else (a user's GPUSpec, e.g. from
+    a GPU file) derived from the A100 fit by the module doc's rules; ConfigError for an
+    unknown name."""
+    if isinstance(gpu, GPUSpec) and gpu.name not in GPU_STAGE_PARAMS:
+        return derive_params(gpu)
     name = gpu.name if isinstance(gpu, GPUSpec) else get_stage_gpu(gpu).name
     if name not in GPU_STAGE_PARAMS:
         raise ConfigError("gpu", name, f"no stage parameters; known: "

@@ -41,6 +41,8 @@ BOUNDS = {  # (low, high) of each fitted field
     "gemm_fixed_s": (1e-7, 1e-4), "small_fixed_s": (1e-7, 1e-4),
     "attn_prefill_fixed_s": (1e-7, 2e-4), "attn_decode_fixed_s": (1e-7, 2e-4)}
 EFF_BOUNDS = (0.01, 1.0)  # every efficiency: a fraction of the datasheet peak
+LL_MIN_BW = 2e9  # bytes/s: a low-latency all-reduce protocol slower than this fits noise
+LL_MIN_SIZES = 8  # measured sizes on which a low-latency protocol must be the faster one
 
 Predict = Callable[[StageParams], np.ndarray]
 
@@ -131,28 +133,46 @@ def fit_attention(base: StageParams, model: ModelSpec, gpu: GPUSpec,
     return fit_fields(base, DECODE_FIELDS, dec["seconds"].to_numpy(), predict_dec)
 
 
+def _fit_alpha_beta(moved: np.ndarray, log_t: np.ndarray, x0: list[float], lo: list[float],
+                    hi: list[float]) -> tuple[np.ndarray, float]:
+    """exp(params) and cost of the least-squares fit of log t = log min over protocols of
+    (latency + moved / bandwidth); params alternate (latency, bandwidth) per protocol."""
+    from scipy.optimize import least_squares  # lazy: scipy comes with scikit-learn
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        lat, bw = np.exp(x[0::2]), np.exp(x[1::2])
+        return np.log(np.min(lat[:, None] + moved[None, :] / bw[:, None], axis=0)) - log_t
+
+    sol = least_squares(residuals, np.log(x0), bounds=(np.log(lo), np.log(hi)))
+    return np.exp(sol.x), float(sol.cost)
+
+
 def fit_allreduce(network: pd.DataFrame) -> AllReduceParams:
-    """(latency, bus bandwidth) per group size fitted on log-time of the all_reduce curve:
-    t = latency + size * 2 (w - 1) / w / bus_bandwidth."""
+    """Per group size, the bulk protocol (latency, bus bandwidth) fitted on log-time of the
+    all_reduce curve, t = latency + size * 2 (w - 1) / w / bus_bandwidth, then a low-latency
+    protocol beside it (t = the faster of the two, as NCCL picks LL for small messages). Where
+    the second protocol is the faster one on fewer than LL_MIN_SIZES measured sizes, or sits at
+    its bandwidth bound (a fit to a few noisy points), it is a copy of the first."""
     rows = network[network["collective"] == "all_reduce"]
     workers = sorted(int(w) for w in rows["num_workers"].unique() if w >= 2)
     if not workers:
         raise ConfigError("profile.network", "all_reduce", "no all_reduce rows with >= 2 workers")
-    from scipy.optimize import least_squares  # lazy: scipy comes with scikit-learn
-    lat, bus = [], []
+    out: list[tuple[float, float, float, float]] = []
     for w in workers:
         r = rows[rows["num_workers"] == w]
         moved = r["size_bytes"].to_numpy(np.float64) * 2 * (w - 1) / w
         log_t = np.log(r["seconds"].to_numpy(np.float64))
-
-        def residuals(x: np.ndarray) -> np.ndarray:
-            return np.log(np.exp(x[0]) + moved / np.exp(x[1])) - log_t
-
-        sol = least_squares(residuals, np.log([20e-6, 100e9]),
-                            bounds=(np.log([1e-7, 1e8]), np.log([1e-3, 1e13])))
-        lat.append(float(np.exp(sol.x[0])))
-        bus.append(float(np.exp(sol.x[1])))
-    return AllReduceParams(tuple(workers), tuple(lat), tuple(bus))
+        (lat, bus), _ = _fit_alpha_beta(moved, log_t, [20e-6, 100e9], [1e-7, 1e8],
+                                           [1e-3, 1e13])
+        both, _ = _fit_alpha_beta(moved, log_t, [lat / 2, LL_MIN_BW * 5, lat, bus],
+                                  [1e-7, LL_MIN_BW, 1e-7, 1e8], [lat, bus, 1e-3, 1e13])
+        ll_wins = both[0] + moved / both[1] < both[2] + moved / both[3]
+        if ll_wins.sum() >= LL_MIN_SIZES and both[1] > 1.01 * LL_MIN_BW:
+            out.append((float(both[2]), float(both[3]), float(both[0]), float(both[1])))
+        else:
+            out.append((float(lat), float(bus), float(lat), float(bus)))
+    lat_, bus_, ll_lat_, ll_bw_ = (tuple(col) for col in zip(*out))
+    return AllReduceParams(tuple(workers), lat_, bus_, ll_lat_, ll_bw_)
 
 
 def fit_stage_params(base: StageParams, model: ModelSpec, gpu: GPUSpec, dense: pd.DataFrame,

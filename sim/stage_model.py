@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from sim.cost_model import ACT_DTYPE_BYTES, DeploymentSpec, kv_dtype_bytes, weight_dtype_bytes
+from sim.hardware import dense_peak_flops
 from sim.stage_params import StageParams
 
 
@@ -31,6 +32,7 @@ class StageCostModel:
                  "_half", "_gemm_fixed", "_small_fixed", "_small_spt", "_attn_fpp", "_attn_inv_c",
                  "_attn_half", "_attn_fixed", "_kv_bpt", "_kv_inv_large", "_dec_small",
                  "_dec_span", "_dec_half", "_dec_fixed", "_inv_bw", "_ar_fixed", "_ar_spb",
+                 "_ar_ll_fixed", "_ar_ll_spb",
                  "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt", "_vocab_bytes")
 
     def __init__(self, deployment: DeploymentSpec, params: StageParams) -> None:
@@ -48,7 +50,8 @@ class StageCostModel:
         self._layers = m.num_layers  # layers
         self._tp = tp  # GPUs in the group
         self._gemms = tuple(self._gemm_consts(k, o, wb) for k, o in shapes)  # per GEMM
-        self._inv_c = 1.0 / (gpu.peak_tensor_flops * p.gemm_compute_eff)  # s/FLOP at max eff
+        # s/FLOP at max eff: fp8 (W8A8) weights run the dense GEMMs on fp8 tensor cores
+        self._inv_c = 1.0 / (dense_peak_flops(gpu, deployment.weight_dtype) * p.gemm_compute_eff)
         self._inv_w = 1.0 / (gpu.hbm_bandwidth * p.gemm_weight_eff)  # s/byte
         self._half = p.gemm_half_tokens  # tokens
         self._gemm_fixed = p.gemm_fixed_s  # seconds per GEMM
@@ -75,6 +78,9 @@ class StageCostModel:
         lat, bus = p.allreduce.curve(tp)
         self._ar_fixed = (p.allreduce_launch_s + lat) if tp > 1 else 0.0  # seconds
         self._ar_spb = (2 * (tp - 1) / tp / bus) if tp > 1 else 0.0  # seconds per byte
+        ll = p.allreduce.ll_curve(tp) if tp > 1 else None
+        self._ar_ll_fixed = (p.allreduce_launch_s + ll[0]) if ll else math.inf  # seconds
+        self._ar_ll_spb = (2 * (tp - 1) / tp / ll[1]) if ll else 0.0  # seconds per byte
         self._hidden_bytes = h * a  # bytes of one token's hidden state
         self._lm_gemm = self._gemm_consts(h, m.vocab_size / tp, a)  # lm_head stays fp16
         self._vocab_bytes = m.vocab_size * a  # bytes of one sequence's logits
@@ -138,8 +144,12 @@ class StageCostModel:
         return self._dec_fixed + batch_size * kv_tokens * self._decode_s_per_kv_token(batch_size)
 
     def allreduce_s(self, size_bytes: float) -> float:
-        """One all-reduce of size_bytes over the TP group, launch included (0 at TP 1)."""
-        return self._ar_fixed + self._ar_spb * size_bytes if self._tp > 1 else 0.0
+        """One all-reduce of size_bytes over the TP group, launch included (0 at TP 1): the
+        faster of the bulk and the low-latency protocol, as NCCL's tuner picks."""
+        if self._tp == 1:
+            return 0.0
+        return min(self._ar_fixed + self._ar_spb * size_bytes,
+                   self._ar_ll_fixed + self._ar_ll_spb * size_bytes)
 
     def step_fixed_s(self, num_seqs: int, num_sampled: int) -> float:
         """Embedding and final norm (charged at num_seqs tokens), lm_head + logits gather +

@@ -10,7 +10,9 @@ and a fixed cost per kernel or per layer that does NOT divide by tensor parallel
               + attn_prefill_fixed_s, eff_a(n) = attn_prefill_eff * n / (n + half);
   decode      attention: kv bytes / (bw * eff_kv(b)) + attn_decode_fixed_s, eff_kv(b) rising from
               attn_decode_eff_small (batch -> 0) to attn_decode_eff_large (batch -> inf);
-  all-reduce  allreduce_launch_s + latency(w) + bytes * 2 (w - 1) / w / bus_bandwidth(w);
+  all-reduce  allreduce_launch_s + min over NCCL protocols of latency(w) + bytes * 2 (w - 1) / w
+              / bus_bandwidth(w): the bulk protocol and, where fitted, the low-latency one
+              (NCCL's LL: less latency, less bandwidth; its tuner picks the faster);
   per step    sampler and CPU/engine costs.
 """
 
@@ -34,17 +36,28 @@ def _check_finite_nonneg(where: str, value: float, allow_zero: bool = True) -> N
 
 @dataclass(frozen=True, slots=True)
 class AllReduceParams:
-    """Alpha-beta curves of one all-reduce per group size (NCCL ring / NVLS on one node)."""
+    """Alpha-beta curves of one all-reduce per group size (NCCL ring / NVLS on one node), for
+    the bulk protocol and optionally a low-latency one (NCCL's LL, for small messages)."""
 
     num_workers: tuple[int, ...]  # GPUs in the group, ascending (e.g. 2, 4, 8)
     latency_s: tuple[float, ...]  # seconds, fixed cost of one all-reduce per group size
     bus_bandwidth: tuple[float, ...]  # bytes/s of NCCL "bus bandwidth" per group size
+    ll_latency_s: tuple[float, ...] = ()  # seconds, low-latency protocol per group size (or none)
+    ll_bus_bandwidth: tuple[float, ...] = ()  # bytes/s, low-latency protocol per group size
 
     def __post_init__(self) -> None:
         n = len(self.num_workers)
         if n == 0 or len(self.latency_s) != n or len(self.bus_bandwidth) != n:
             raise ConfigError("allreduce.num_workers", self.num_workers,
                               "needs one latency_s and one bus_bandwidth per group size")
+        if (len(self.ll_latency_s), len(self.ll_bus_bandwidth)) not in ((0, 0), (n, n)):
+            raise ConfigError("allreduce.ll_latency_s", self.ll_latency_s,
+                              "give ll_latency_s and ll_bus_bandwidth for every group size, "
+                              "or neither")
+        for i in range(len(self.ll_latency_s)):
+            _check_finite_nonneg(f"allreduce.ll_latency_s[{i}]", self.ll_latency_s[i])
+            _check_finite_nonneg(f"allreduce.ll_bus_bandwidth[{i}]", self.ll_bus_bandwidth[i],
+                                 allow_zero=False)
         if list(self.num_workers) != sorted(set(self.num_workers)) or self.num_workers[0] < 2:
             raise ConfigError("allreduce.num_workers", self.num_workers,
                               "must be distinct ints >= 2, ascending")
@@ -53,13 +66,25 @@ class AllReduceParams:
             _check_finite_nonneg(f"allreduce.bus_bandwidth[{i}]", self.bus_bandwidth[i],
                                  allow_zero=False)
 
-    def curve(self, num_workers: int) -> tuple[float, float]:
-        """(latency_s, bus_bandwidth) for a group size: the listed one, else the nearest
-        listed size above it (or the largest listed)."""
-        for w, lat, bw in zip(self.num_workers, self.latency_s, self.bus_bandwidth):
+    def _index(self, num_workers: int) -> int:
+        """The listed group size for num_workers: itself, else the nearest listed size above
+        it (or the largest listed)."""
+        for i, w in enumerate(self.num_workers):
             if w >= num_workers:
-                return lat, bw
-        return self.latency_s[-1], self.bus_bandwidth[-1]
+                return i
+        return len(self.num_workers) - 1
+
+    def curve(self, num_workers: int) -> tuple[float, float]:
+        """(latency_s, bus_bandwidth) of the bulk protocol for a group size."""
+        i = self._index(num_workers)
+        return self.latency_s[i], self.bus_bandwidth[i]
+
+    def ll_curve(self, num_workers: int) -> tuple[float, float] | None:
+        """(latency_s, bus_bandwidth) of the low-latency protocol, or None when not given."""
+        if not self.ll_latency_s:
+            return None
+        i = self._index(num_workers)
+        return self.ll_latency_s[i], self.ll_bus_bandwidth[i]
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,8 @@ PARAMS_KEY = "params"  # cost_model key naming a StageParams JSON file
 FILE_SECTION = "stage_params"  # the section of a parameter file that holds the fields
 META_KEYS = ("format", "version", "source", "errors")  # file keys that are not fields
 STAGE_FIELDS = tuple(f.name for f in fields(StageParams))  # every StageParams field name
-ALLREDUCE_KEYS = ("num_workers", "latency_s", "bus_bandwidth")  # AllReduceParams fields
+ALLREDUCE_KEYS = ("num_workers", "latency_s", "bus_bandwidth")  # AllReduceParams fields, required
+ALLREDUCE_LL_KEYS = ("ll_latency_s", "ll_bus_bandwidth")  # optional low-latency protocol
 
 
 def _number(where: str, value: Any) -> float:
@@ -52,19 +53,22 @@ def allreduce_from(where: str, value: Any) -> AllReduceParams:
         return value
     if not isinstance(value, Mapping):
         raise ConfigError(where, value, f"must be an object with {', '.join(ALLREDUCE_KEYS)}")
-    unknown = sorted(set(value) - set(ALLREDUCE_KEYS))
+    unknown = sorted(set(value) - set(ALLREDUCE_KEYS) - set(ALLREDUCE_LL_KEYS))
     missing = [k for k in ALLREDUCE_KEYS if k not in value]
     if unknown or missing:
         key = unknown[0] if unknown else missing[0]
         raise ConfigError(f"{where}.{key}", value.get(key), f"{'unknown' if unknown else 'missing'}"
-                          f"; an all-reduce takes {', '.join(ALLREDUCE_KEYS)}")
+                          f"; an all-reduce takes {', '.join(ALLREDUCE_KEYS)} (and optionally "
+                          f"{', '.join(ALLREDUCE_LL_KEYS)})")
     workers = _number_list(f"{where}.num_workers", value["num_workers"])
     if any(w != int(w) for w in workers):
         raise ConfigError(f"{where}.num_workers", value["num_workers"], "must be integers")
     try:
         return AllReduceParams(tuple(int(w) for w in workers),
                                _number_list(f"{where}.latency_s", value["latency_s"]),
-                               _number_list(f"{where}.bus_bandwidth", value["bus_bandwidth"]))
+                               _number_list(f"{where}.bus_bandwidth", value["bus_bandwidth"]),
+                               *(_number_list(f"{where}.{k}", value[k]) if k in value else ()
+                                 for k in ALLREDUCE_LL_KEYS))
     except ConfigError as err:
         raise ConfigError(f"{where}.{err.field.removeprefix('allreduce.')}", err.value,
                           err.reason) from None
@@ -122,6 +126,9 @@ def params_to_dict(params: StageParams) -> dict[str, Any]:
     ar = params.allreduce
     out["allreduce"] = {"num_workers": list(ar.num_workers), "latency_s": list(ar.latency_s),
                         "bus_bandwidth": list(ar.bus_bandwidth)}
+    if ar.ll_latency_s:
+        out["allreduce"].update(ll_latency_s=list(ar.ll_latency_s),
+                                ll_bus_bandwidth=list(ar.ll_bus_bandwidth))
     return out
 
 

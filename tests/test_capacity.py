@@ -87,7 +87,7 @@ TINY = {
     "workload": {"synthetic": {"num_requests": 30, "lengths": "alpaca"}},
     "cluster": {"model": "llama-2-7b", "gpu": "A100-80GB"},
     "policies": [{"name": "vanilla", "params": {"batch_size": 4}},
-                 {"name": "vllm", "params": {"max_num_seqs": 16}}],
+                 {"name": "vllm_v0", "params": {"max_num_seqs": 16}}],
     "request_rates": [1],
     "slo": {"ttft_p90_s": 1.0, "tbt_p99_s": 0.2},
 }
@@ -122,7 +122,7 @@ def test_capacity_cli_writes_results_per_policy(tmp_path, capsys):
             "--max-rate", "64"]
     assert capacity_main(argv) == 0
     table = pd.read_csv(out / "capacity.csv")
-    assert table["label"].tolist() == ["vanilla", "vllm"]
+    assert table["label"].tolist() == ["vanilla", "vllm_v0"]
     assert (table["capacity_rps"] > 0).all()
     # continuous batching sustains more than static batches of 4 under the same SLO
     assert table.loc[1, "capacity_rps"] > table.loc[0, "capacity_rps"]
@@ -133,15 +133,15 @@ def test_capacity_cli_writes_results_per_policy(tmp_path, capsys):
         failing = mine[~mine["meets_slo"]]["rate"]
         assert (failing.min() if len(failing) else math.inf) == row.failing_rps
     assert len(json.loads((out / "capacity.json").read_text())) == 2
-    assert "vllm: capacity" in capsys.readouterr().out
+    assert "vllm_v0: capacity" in capsys.readouterr().out
 
 
 def test_run_capacity_flag_and_errors(tmp_path, capsys):
     out = tmp_path / "cap2"
-    cfg = write(tmp_path, {**TINY, "policies": ["vllm"]})
+    cfg = write(tmp_path, {**TINY, "policies": ["vllm_v0"]})
     assert run_main([str(cfg), "--capacity", "--out", str(out), "--no-progress",
                      "--set", "workload.synthetic.num_requests=20"]) == 0
-    assert pd.read_csv(out / "capacity.csv")["label"].tolist() == ["vllm"]
+    assert pd.read_csv(out / "capacity.csv")["label"].tolist() == ["vllm_v0"]
     no_slo = {k: v for k, v in TINY.items() if k != "slo"}
     assert capacity_main([str(write(tmp_path, no_slo))]) == 2
     assert "slo" in capsys.readouterr().err

@@ -24,7 +24,7 @@ TINY = {
     "workload": {"synthetic": {"num_requests": 24, "lengths": "alpaca"}},
     "cluster": {"model": "llama-2-7b", "gpu": "A100-80GB"},
     "policies": [{"name": "vanilla", "params": {"batch_size": 4}},
-                 {"name": "vllm", "params": {"max_num_seqs": 16}}],
+                 {"name": "vllm_v0", "params": {"max_num_seqs": 16}}],
     "slo": {"ttft_ms": 1000, "tbt_ms": 200, "attainment": 0.9},
 }
 FAST = ["--rel-tol", "0.25", "--max-rate", "32", "--no-progress"]
@@ -56,7 +56,7 @@ def test_attainment_on_a_tiny_run_matches_a_hand_count():
     trace = pd.DataFrame({"arrival_s": [0.0, 0.05, 0.1, 0.15, 0.2, 0.25],
                           "prompt_tokens": [100, 3000, 200, 5000, 50, 400],
                           "output_tokens": [20, 30, 1, 10, 40, 25]})
-    res = simulate(trace, "vllm", {}, build_executors(ClusterSpec()), max_model_len=4096)
+    res = simulate(trace, "vllm_v0", {}, build_executors(ClusterSpec()), max_model_len=4096)
     rec = res.records
     assert (rec["status"] == "rejected").sum() == 1  # the 5000-token prompt
     ttft_bound, tpot_bound = float(rec["ttft_s"].median()), 0.05
@@ -116,7 +116,7 @@ def test_capacity_needs_no_request_rates_but_a_sweep_does(tmp_path, capsys):
     out = tmp_path / "cap"
     assert capacity_main([str(path), "--out", str(out), *FAST]) == 0
     table = pd.read_csv(out / "capacity.csv")
-    assert table["label"].tolist() == ["vanilla", "vllm"] and (table["capacity_rps"] > 0).all()
+    assert table["label"].tolist() == ["vanilla", "vllm_v0"] and (table["capacity_rps"] > 0).all()
     with pytest.raises(ConfigError, match=r"request_rates\[0\]"):  # given rates still checked
         load_capacity_config(write(tmp_path, {**TINY, "request_rates": [-1]}))
 
@@ -157,13 +157,13 @@ def test_jobs_2_gives_the_same_results_as_1(tmp_path):
 
 
 def test_progress_plot_and_goodput_columns(tmp_path, capsys):
-    path = write(tmp_path, {**TINY, "policies": ["vllm"]})
+    path = write(tmp_path, {**TINY, "policies": ["vllm_v0"]})
     out = tmp_path / "cap"
     assert capacity_main([str(path), "--out", str(out), "--rel-tol", "0.25",
                           "--max-rate", "8"]) == 0
     printed = capsys.readouterr().out
     probes = pd.read_csv(out / "capacity_probes.csv")
-    assert printed.count("probe vllm seed 0 @ ") == len(probes)
+    assert printed.count("probe vllm_v0 seed 0 @ ") == len(probes)
     assert "attainment" in printed and "goodput" in printed and "-> pass" in printed
     assert {"request_goodput", "slo_attainment", "meets_slo"} <= set(probes.columns)
     assert (probes["request_goodput"] <= probes["request_throughput"] + 1e-12).all()

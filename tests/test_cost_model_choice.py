@@ -1,4 +1,4 @@
-"""`cluster.cost_model.kind` picks the roofline (default), the stage model or measured profiles;
+"""`cluster.cost_model.kind` picks the stage model (default), the roofline or measured profiles;
 each kind refuses options it does not take, naming the field and value."""
 
 from __future__ import annotations
@@ -20,15 +20,17 @@ def model_of(**cost_model):
     return build_executors(ClusterSpec(cost_model=cost_model))[0].cost_model
 
 
-def test_the_default_is_the_roofline_with_its_overrides():
-    assert isinstance(model_of(), RooflineCostModel)
-    assert model_of(step_overhead_s=1e-3).config.step_overhead_s == 1e-3
+def test_the_default_is_the_stage_model_and_roofline_fields_imply_the_roofline():
+    assert isinstance(model_of(), StageCostModel)
+    assert isinstance(model_of(kind="roofline"), RooflineCostModel)
+    assert model_of(step_overhead_s=1e-3).config.step_overhead_s == 1e-3  # kind implied
+    assert model_of(cpu_step_s=1e-3).params.cpu_step_s == 1e-3  # a stage field: the default
 
 
 def test_kind_stage_builds_the_stage_model_with_the_gpus_parameters():
     cost = model_of(kind="stage")
     assert isinstance(cost, StageCostModel)
-    res = simulate(make_trace([(0.0, 100, 20), (0.0, 300, 10)]), "vllm", {},
+    res = simulate(make_trace([(0.0, 100, 20), (0.0, 300, 10)]), "vllm_v0", {},
                    build_executors(ClusterSpec(cost_model={"kind": "stage"})))
     assert res.summary["completed"] == 2
 
@@ -55,5 +57,5 @@ def test_a_missing_profile_folder_is_named(tmp_path):
 @pytest.mark.skipif(not PROFILE_DIR.is_dir(), reason="shared profiles not available")
 def test_kind_profile_reads_the_shared_a100_tables():
     executors = build_executors(ClusterSpec(cost_model={"profiles": str(PROFILE_DIR)}))
-    res = simulate(make_trace([(0.0, 512, 16), (0.0, 64, 32)]), "vllm", {}, executors)
+    res = simulate(make_trace([(0.0, 512, 16), (0.0, 64, 32)]), "vllm_v0", {}, executors)
     assert res.summary["completed"] == 2 and res.summary["duration_s"] > 0

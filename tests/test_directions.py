@@ -14,7 +14,7 @@ COARSE = SearchConfig(min_rate=0.125, rel_tol=0.1)
 
 def test_vllm_serves_a_higher_rate_than_orca_max_at_the_same_normalized_latency():
     # vLLM paper (SOSP'23), ShareGPT: 2.7x-8x the request rate of Orca (Max)
-    vllm = PAGED.capacity("vllm", N, COARSE).capacity_rps
+    vllm = PAGED.capacity("vllm_v0", N, COARSE).capacity_rps
     orca = PAGED.capacity("orca-max", N, COARSE).capacity_rps
     assert orca > 0
     assert vllm >= 2.5 * orca
@@ -22,16 +22,16 @@ def test_vllm_serves_a_higher_rate_than_orca_max_at_the_same_normalized_latency(
     over = {label: PAGED.run(label, 2 * orca, N) for label in PAGED.policies}
     assert over["orca-max"]["peak_reserved_kv_fraction"] > 0.95
     assert over["orca-max"]["peak_kv_fraction"] < 0.5
-    assert (over["vllm"]["mean_normalized_latency_s"]
+    assert (over["vllm_v0"]["mean_normalized_latency_s"]
             < over["orca-max"]["mean_normalized_latency_s"] / 2)
 
 
 def test_sarathi_cuts_tail_tbt_and_serves_more_under_a_tbt_slo():
     # Sarathi-Serve (OSDI'24): chunked prefills remove generation stalls behind long prompts
-    vllm, sarathi = (CHUNKED.run(label, 3.0, N) for label in ("vllm", "sarathi"))
+    vllm, sarathi = (CHUNKED.run(label, 3.0, N) for label in ("vllm_v0", "sarathi"))
     assert sarathi["p99_itl_s"] < vllm["p99_itl_s"] / 3
     assert sarathi["p99_itl_s"] <= CHUNKED.slo.tbt_p99_s < vllm["p99_itl_s"]
-    cap_vllm = CHUNKED.capacity("vllm", N, COARSE).capacity_rps
+    cap_vllm = CHUNKED.capacity("vllm_v0", N, COARSE).capacity_rps
     cap_sarathi = CHUNKED.capacity("sarathi", N, COARSE).capacity_rps
     assert cap_sarathi > 1.5 * cap_vllm
 

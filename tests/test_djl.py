@@ -14,13 +14,13 @@ from tests.test_policy_vllm import make_policy
 
 
 @pytest.mark.parametrize("options,name,params", [
-    ({}, "vllm", {"max_num_seqs": 256, "block_size": 16, "max_num_batched_tokens": 30_000}),
+    ({}, "vllm_v0", {"max_num_seqs": 256, "block_size": 16, "max_num_batched_tokens": 30_000}),
     ({"rolling_batch": "lmi-dist", "max_rolling_batch_size": 64,
       "max_rolling_batch_prefill_tokens": 11_000},
-     "vllm", {"max_num_seqs": 64, "block_size": 16, "max_num_batched_tokens": 11_000}),
+     "vllm_v0", {"max_num_seqs": 64, "block_size": 16, "max_num_batched_tokens": 11_000}),
     ({"rolling_batch": "auto", "max_model_len": 1024},  # vLLM: max(max_model_len, 2048)
-     "vllm", {"max_num_seqs": 256, "block_size": 16, "max_num_batched_tokens": 2048}),
-    ({"max_model_len": 4096}, "vllm",
+     "vllm_v0", {"max_num_seqs": 256, "block_size": 16, "max_num_batched_tokens": 2048}),
+    ({"max_model_len": 4096}, "vllm_v0",
      {"max_num_seqs": 256, "block_size": 16, "max_num_batched_tokens": 4096}),
     ({"enable_chunked_prefill": True}, "sarathi",
      {"max_num_seqs": 256, "block_size": 16, "token_budget": 512}),
@@ -30,7 +30,7 @@ from tests.test_policy_vllm import make_policy
       "max_rolling_batch_size": 4}, "sarathi",
      {"max_num_seqs": 4, "block_size": 32, "token_budget": 8192}),
     ({"rolling_batch": "scheduler"}, "orca", {"max_batch_size": 32, "max_tokens": 2048}),
-    ({"enable_prefix_caching": True, "max_rolling_batch_prefill_tokens": 4096}, "vllm",
+    ({"enable_prefix_caching": True, "max_rolling_batch_prefill_tokens": 4096}, "vllm_v0",
      {"max_num_seqs": 256, "block_size": 16, "max_num_batched_tokens": 4096,
       "enable_prefix_caching": True}),
 ])
@@ -41,7 +41,7 @@ def test_options_map_onto_engines_with_lmi_defaults(options, name, params):
 
 
 @pytest.mark.parametrize("options,engine,params", [
-    ({"max_rolling_batch_size": 8, "max_rolling_batch_prefill_tokens": 300}, "vllm",
+    ({"max_rolling_batch_size": 8, "max_rolling_batch_prefill_tokens": 300}, "vllm_v0",
      {"max_num_seqs": 8, "max_num_batched_tokens": 300}),
     ({"rolling_batch": "trtllm", "max_rolling_batch_size": 8, "max_num_tokens": 64,
       "tokens_per_block": 16}, "sarathi", {"max_num_seqs": 8, "token_budget": 64}),
@@ -61,7 +61,7 @@ def test_rolling_batch_size_caps_running_requests():
     for i in range(4):
         p.add_request(Request(i, 0.0, 10, 5), 0.0)
     assert p.next_step(0, 0.0).request_ids == (0, 1)
-    assert p.engine_name == "vllm" and len(p.state[0].waiting) == 2
+    assert p.engine_name == "vllm_v0" and len(p.state[0].waiting) == 2
 
 
 @pytest.mark.parametrize("options,field", [

@@ -27,9 +27,9 @@ from sim.errors import ConfigError, TraceError
 from traces.bench_results import (concurrency_replay, parse_bench_result, read_bench_result,
                                   send_schedule)
 
-VLLM = policy_factory("vllm", None)  # the simulated server's policy
+VLLM = policy_factory("vllm_v0", None)  # the simulated server's policy
 KNOWN = {"step_overhead_s": 0.005, "per_seq_overhead_s": 0.00015}  # seconds
-CLUSTER = ClusterSpec()  # llama-2-7b on one A100-80GB
+CLUSTER = ClusterSpec(cost_model={"kind": "roofline"})  # llama-2-7b on one A100-80GB
 
 
 def lengths(n: int, seed: int, out: tuple[int, int] = (2, 200)) -> tuple[np.ndarray, np.ndarray]:
@@ -53,7 +53,7 @@ def vllm_result(arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
     ttfts = rec["ttft_s"].tolist()
     itls = [[float(t)] * (int(n) - 1) for t, n in zip(rec["tpot_s"].fillna(0.0), output)]
     data: dict[str, Any] = {
-        "date": "20261123-120000", "endpoint_type": "vllm", "backend": "vllm", "label": None,
+        "date": "20261123-120000", "endpoint_type": "vllm_v0", "backend": "vllm_v0", "label": None,
         "model_id": "meta-llama/Llama-2-7b-hf", "num_prompts": len(prompt),
         "request_rate": rate, "burstiness": 1.0, "max_concurrency": None,
         "duration": float(rec["finish_s"].max()), "completed": len(prompt), "failed": 0,
@@ -76,7 +76,7 @@ def write(tmp_path: Path, name: str, data: dict[str, Any]) -> Path:
 def two_runs(overrides: dict[str, float]) -> list[dict[str, Any]]:
     """A light run (0.5 req/s: batches of 1-2) and a heavy one (64 sent at once)."""
     p1, o1 = lengths(30, 1)
-    light = vllm_result(send_schedule("vllm", 30, 0.5, 1.0, 0), p1, o1, overrides, rate=0.5,
+    light = vllm_result(send_schedule("vllm_v0", 30, 0.5, 1.0, 0), p1, o1, overrides, rate=0.5,
                         start_times=False)
     p2, o2 = lengths(64, 2, (100, 200))
     heavy = vllm_result(np.zeros(64), p2, o2, overrides, rate="inf", start_times=False)
@@ -109,11 +109,11 @@ def test_measured_start_times_are_the_arrivals(tmp_path: Path) -> None:
 
 
 def test_seeded_schedule_follows_vllm_semantics() -> None:
-    times = send_schedule("vllm", 50, 4.0, 1.0, 0)
+    times = send_schedule("vllm_v0", 50, 4.0, 1.0, 0)
     assert times[-1] == pytest.approx(50 / 4.0)  # vLLM rescales the last send to n / rate
     assert times[0] > 0 and np.all(np.diff(times) >= 0)
-    assert np.allclose(send_schedule("vllm", 50, 4.0, 1.0, 0), times)  # seeded
-    even = send_schedule("vllm", 4, 2.0, math.inf, 0)
+    assert np.allclose(send_schedule("vllm_v0", 50, 4.0, 1.0, 0), times)  # seeded
+    even = send_schedule("vllm_v0", 4, 2.0, math.inf, 0)
     assert even == pytest.approx([0.5, 1.0, 1.5, 2.0])
     sg = send_schedule("sglang", 5, 2.0, 1.0, 1)
     assert sg[0] == 0.0 and sg.size == 5
@@ -215,7 +215,7 @@ def test_fit_rejects_bad_arguments() -> None:
     with pytest.raises(ConfigError, match="max_evaluations"):
         fit_bench(trace, CLUSTER, VLLM, max_evaluations=2)
     with pytest.raises(ConfigError, match="make_policy"):  # sim/ resolves no policy names
-        fit_bench(trace, CLUSTER, "vllm")  # type: ignore[arg-type]
+        fit_bench(trace, CLUSTER, "vllm_v0")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="measured_ttft_s"):
         fit_bench(trace.drop(columns="measured_ttft_s"), CLUSTER, VLLM)
     assert set(FIT_PARAMS) == {"step_overhead_s", "per_seq_overhead_s", "compute_efficiency",
@@ -226,13 +226,14 @@ def test_cli_writes_a_usable_calibration(tmp_path: Path, capsys: Any) -> None:
     light, heavy = two_runs(KNOWN)
     files = [str(write(tmp_path, "light.json", light)), str(write(tmp_path, "heavy.json", heavy))]
     out = tmp_path / "cal.json"
-    assert calibrate_main([*files, "--model", "llama-2-7b", "--gpu", "A100-80GB",
-                           "--max-evals", "12", "--out", str(out)]) == 0
+    assert calibrate_main([*files, "--model", "llama-2-7b", "--gpu", "A100-80GB", "--policy", "vllm_v0",
+                           "--cost-model", "roofline", "--max-evals", "12", "--out",
+                           str(out)]) == 0
     text = capsys.readouterr().out
     assert "before" in text and "after" in text and "cost_model:" in text
     data = json.loads(out.read_text())
     assert data["format"] == "servesim.bench_calibration" and len(data["runs"]) == 2
-    assert set(data["cost_model"]) == {"step_overhead_s", "per_seq_overhead_s"}
+    assert set(data["cost_model"]) - {"kind"} == {"step_overhead_s", "per_seq_overhead_s"}
     assert data["after"]["tpot_median_abs"] < data["before"]["tpot_median_abs"]
     build_executors(ClusterSpec(cost_model=data["cost_model"]))  # usable as cluster.cost_model
     assert calibrate_main([str(tmp_path / "none.json")]) == 2

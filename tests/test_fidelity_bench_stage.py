@@ -25,7 +25,7 @@ from sim.errors import ConfigError
 from sim.gpu_params import A100_80GB_PARAMS
 from traces.bench_results import read_bench_result, send_schedule
 
-VLLM = policy_factory("vllm", None)  # the simulated server's policy
+VLLM = policy_factory("vllm_v0", None)  # the simulated server's policy
 KNOWN = {"cpu_step_s": 0.004, "cpu_per_seq_s": 0.00003}  # seconds (A100 guesses: 2.5 ms, 5 us)
 STAGE = ClusterSpec(cost_model={"kind": "stage"})  # llama-2-7b on one A100-80GB
 
@@ -35,7 +35,7 @@ def result(arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
     """A vLLM detailed result of the requests served by the stage model with KNOWN."""
     trace = pd.DataFrame({"arrival_s": arrival, "prompt_tokens": prompt, "output_tokens": output})
     rec = replay(trace, STAGE, VLLM, KNOWN)
-    return {"backend": "vllm", "request_rate": rate, "burstiness": 1.0, "max_concurrency": None,
+    return {"backend": "vllm_v0", "request_rate": rate, "burstiness": 1.0, "max_concurrency": None,
             "completed": len(prompt), "failed": 0,
             "input_lens": [int(p) for p in prompt], "output_lens": [int(o) for o in output],
             "ttfts": rec["ttft_s"].tolist(),
@@ -47,7 +47,7 @@ def result(arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
 def files(tmp_path: Path) -> list[str]:
     """A light run (0.5 req/s) and a heavy one (64 at once): varied batch sizes."""
     rng = np.random.default_rng(1)
-    light = result(send_schedule("vllm", 30, 0.5, 1.0, 0), rng.integers(20, 1500, 30),
+    light = result(send_schedule("vllm_v0", 30, 0.5, 1.0, 0), rng.integers(20, 1500, 30),
                    rng.integers(2, 200, 30), 0.5)
     heavy = result(np.zeros(64), rng.integers(20, 1500, 64), rng.integers(100, 200, 64), "inf")
     out = []
@@ -58,8 +58,9 @@ def files(tmp_path: Path) -> list[str]:
 
 
 def test_fit_space_per_kind() -> None:
-    roof = fit_space(ClusterSpec())
+    roof = fit_space(ClusterSpec(cost_model={"kind": "roofline"}))
     assert roof.family == "roofline" and roof.table is FIT_PARAMS
+    assert fit_space(ClusterSpec()).family == "stage"  # the default cost model
     stage = fit_space(STAGE)
     assert stage.family == "stage" and set(stage.table) == set(STAGE_FIT_PARAMS)
     assert stage.start["cpu_step_s"] == A100_80GB_PARAMS.cpu_step_s
@@ -83,12 +84,12 @@ def test_stage_fit_rejects_roofline_fields(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="fit"):
         fit_bench(trace, STAGE, VLLM, fit=["step_overhead_s"])
     with pytest.raises(ConfigError, match="fit"):
-        fit_bench(trace, ClusterSpec(), VLLM, fit=["cpu_step_s"])
+        fit_bench(trace, ClusterSpec(cost_model={"kind": "roofline"}), VLLM, fit=["cpu_step_s"])
 
 
 def test_cli_writes_a_stage_cost_model(tmp_path: Path, capsys: Any) -> None:
     out = tmp_path / "cal.json"
-    assert calibrate_main([*files(tmp_path), "--cost-model", "stage", "--max-evals", "16",
+    assert calibrate_main([*files(tmp_path), "--cost-model", "stage", "--policy", "vllm_v0", "--max-evals", "16",
                            "--out", str(out)]) == 0
     assert "cost_model:" in capsys.readouterr().out
     data = json.loads(out.read_text())
@@ -103,7 +104,7 @@ def test_cli_writes_a_stage_cost_model(tmp_path: Path, capsys: Any) -> None:
 
 def test_cli_stage_params_only_with_stage(tmp_path: Path, capsys: Any) -> None:
     light = files(tmp_path)[0]
-    assert calibrate_main([light, "--stage-params", "p.json"]) == 2
+    assert calibrate_main([light, "--cost-model", "roofline", "--stage-params", "p.json"]) == 2
     assert "--stage-params" in capsys.readouterr().err
     assert calibrate_main([light, "--cost-model", "stage", "--stage-params",
                            str(tmp_path / "none.json")]) == 2

@@ -56,7 +56,8 @@ def write_params(path: Path, params: StageParams, wrap: bool = True) -> str:
 # ---- item 1: overrides and parameter files ----------------------------------------------------
 def test_defaults_are_unchanged() -> None:
     assert model_of(kind="stage").params is A100_80GB_PARAMS
-    assert model_of().__class__.__name__ == "RooflineCostModel"
+    assert model_of().params is A100_80GB_PARAMS  # the stage model is the default
+    assert model_of(kind="roofline").__class__.__name__ == "RooflineCostModel"
 
 
 def test_overrides_replace_fields_of_the_gpus_params() -> None:
@@ -75,7 +76,7 @@ def test_overrides_move_the_simulation() -> None:
 
     def duration(**extra: Any) -> float:
         ex = build_executors(ClusterSpec(cost_model={"kind": "stage", **extra}))
-        return simulate(trace, "vllm", {}, ex).summary["duration_s"]
+        return simulate(trace, "vllm_v0", {}, ex).summary["duration_s"]
 
     assert duration(cpu_step_s=10e-3) > duration() + 60 * 7e-3
 
@@ -94,8 +95,8 @@ def test_overrides_move_the_simulation() -> None:
                                      "bus_bandwidth": [1e11, 1e11]}},
      "cluster.cost_model.allreduce.num_workers", "ascending"),
     ({"kind": "stage", "allreduce": 5}, "cluster.cost_model.allreduce", "object"),
-    ({"cpu_step_s": 1e-3}, "cluster.cost_model.cpu_step_s", "unknown"),
-    ({"params": "p.json"}, "cluster.cost_model.params", "kind: stage"),
+    ({"kind": "roofline", "cpu_step_s": 1e-3}, "cluster.cost_model.cpu_step_s", "unknown"),
+    ({"kind": "roofline", "params": "p.json"}, "cluster.cost_model.params", "kind: stage"),
     ({"kind": "stage", "params": 3}, "cluster.cost_model.params", "path"),
 ])
 def test_bad_overrides_name_the_field(options: dict, field: str, reason: str) -> None:
@@ -141,14 +142,15 @@ def test_bad_params_files_are_named(tmp_path: Path) -> None:
     assert "no such file" in str(error(None))
 
 
-def test_a_gpu_without_a_builtin_set_runs_from_a_params_file(tmp_path: Path) -> None:
+def test_a_gpu_without_a_builtin_set_derives_or_runs_from_a_params_file(tmp_path: Path) -> None:
     from sim.cost_model_choice import build_cost_model
     from sim.hardware import GPUSpec
 
     odd = GPUSpec("odd-gpu", 2**36, 1e12, 1e14, 1e13, 1e11, 0.0)
     dep = DeploymentSpec(get_model("llama-2-7b"), odd, activation_reserve_bytes=0)
-    with pytest.raises(ConfigError, match="no stage parameters"):
-        build_cost_model(dep, {"kind": "stage"})
+    derived = build_cost_model(dep, {"kind": "stage"}).params  # from the A100 fit's rules
+    assert derived.gemm_compute_eff == A100_80GB_PARAMS.gemm_compute_eff
+    assert derived.gemm_half_tokens != A100_80GB_PARAMS.gemm_half_tokens  # its own ridge point
     path = write_params(tmp_path / "p.json", TRUTH)
     assert build_cost_model(dep, {"kind": "stage", "params": path}).params == TRUTH
 

@@ -376,7 +376,7 @@ def test_report_with_calibration_file(tmp_path):
         "model": dataclasses.asdict(get_model("llama-2-7b")),
         "device": dataclasses.asdict(get_gpu("A100-80GB")),
         "roofline": {"memory_efficiency": 0.425}}))
-    base = run_report(tmp_path / "p")["rows"]
+    base = run_report(tmp_path / "p", cost_model="roofline")["rows"]
     slow = run_report(tmp_path / "p", calibration=str(calib))
     assert "calibrated" in slow["cost_model"]
     one = (base.stage == "dense") & (base.num_tokens == 1) & (base.tp == 1)

@@ -121,7 +121,7 @@ def test_admission_waits_for_the_predicted_kv_that_vllm_would_not_reserve():
     step = p.next_step(0, 0.1)
     assert step.request_ids == (0,) and step.num_new_tokens == (1,)  # A decodes, B waits
     assert [r.request_id for r in p.state[0].waiting] == [1]
-    q = make_policy("vllm", 1000, block_size=10, watermark=0.0)  # vllm takes both at once
+    q = make_policy("vllm_v0", 1000, block_size=10, watermark=0.0)  # vllm takes both at once
     arrive(q, [(100, 400), (100, 450)])
     assert q.next_step(0, 0.0).request_ids == (0, 1)
 
@@ -147,7 +147,7 @@ def test_oracle_reservations_never_preempt_where_vllm_does(seed):
     params = {"block_size": 4, "watermark": 0.0}
     lacb, _ = simulate_checked(trace, "lacb", {**params, "predictor": "oracle",
                                                "kv_margin": 1.0}, 500)
-    vllm, _ = simulate_checked(trace, "vllm", params, 500)
+    vllm, _ = simulate_checked(trace, "vllm_v0", params, 500)
     assert all(r.predicted_output_tokens == r.target_output_tokens for r in lacb)
     assert all(r.status is RequestStatus.FINISHED for r in lacb)
     assert sum(r.num_preemptions for r in lacb) == 0

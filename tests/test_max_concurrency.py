@@ -8,7 +8,7 @@ from policies.simulate import simulate
 from tests.factories import LinearExecutor, random_trace
 from tests.test_engine import OneIterationExecutor
 
-POLICIES = ["orca", "vanilla", "vllm", "sarathi"]
+POLICIES = ["orca", "vanilla", "vllm_v0", "sarathi"]
 
 
 def max_in_flight(records: pd.DataFrame) -> int:
@@ -49,7 +49,7 @@ def test_max_concurrency_above_the_workload_equals_the_open_loop_run(policy):
         {k: closed.summary[k] for k in simulated}, rel=0, abs=0, nan_ok=True)
 
 
-@pytest.mark.parametrize("policy", ["orca", "vllm", "sarathi"])
+@pytest.mark.parametrize("policy", ["orca", "vllm_v0", "sarathi"])
 def test_closed_loop_jumps_match_one_iteration_at_a_time(policy):
     trace = random_trace(np.random.default_rng(3), 60, rate=30.0)
     ex = LinearExecutor(capacity=20_000, per_ctx_s=1e-6)

@@ -32,7 +32,7 @@ def lone_cpu_times(ov: SchedulingOverhead) -> np.ndarray:
     return cpu
 
 
-@pytest.mark.parametrize("policy", ["orca", "vanilla", "vllm"])
+@pytest.mark.parametrize("policy", ["orca", "vanilla", "vllm_v0"])
 def test_serial_lone_request_pays_gpu_plus_cpu(policy):
     ov = SchedulingOverhead(fixed_s=0.004, per_request_s=0.002, per_token_s=1e-5)
     gpu, cpu = lone_gpu_times(), lone_cpu_times(ov)
@@ -107,9 +107,9 @@ def test_jumping_over_decode_runs_stays_exact_with_overhead(policy, mode):
 def test_zero_overhead_is_identical_to_none():
     trace = random_trace(np.random.default_rng(5), 40, rate=10.0)
     ex = LinearExecutor(capacity=6000)
-    base = simulate(trace, "vllm", {}, [ex])
+    base = simulate(trace, "vllm_v0", {}, [ex])
     for ov in (SchedulingOverhead(), SchedulingOverhead(mode="async")):
-        res = simulate(trace, "vllm", {}, [ex], overhead=ov)
+        res = simulate(trace, "vllm_v0", {}, [ex], overhead=ov)
         for col in ("first_token_s", "finish_s", "scheduled_s"):
             np.testing.assert_array_equal(res.records[col], base.records[col])
     assert base.summary["gpu_busy_frac"] == base.summary["busy_fraction"]
@@ -178,8 +178,8 @@ def test_a_sweep_config_passes_the_overhead_per_policy_entry(tmp_path):
 
     raw = {"name": "ov", "workload": {"synthetic": {"num_requests": 30, "lengths": "alpaca"}},
            "cluster": {"model": "llama-2-7b", "gpu": "A100-80GB"},
-           "policies": [{"name": "vllm", "label": "none"},
-                        {"name": "vllm", "label": "serial", "cluster": {"scheduling_overhead": {
+           "policies": [{"name": "vllm_v0", "label": "none"},
+                        {"name": "vllm_v0", "label": "serial", "cluster": {"scheduling_overhead": {
                             "fixed_s": 0.005, "per_request_s": 0.001}}}],
            "request_rates": [4], "seeds": [0]}
     path = tmp_path / "ov.yaml"

@@ -88,7 +88,7 @@ def simulate_checked(trace: pd.DataFrame, name: str, params: dict, capacity: int
 
 # ---- scheduling -------------------------------------------------------------------------------
 def test_prefill_first_then_decode_all():
-    p = make_policy("vllm", 1000, block_size=4, watermark=0.0)
+    p = make_policy("vllm_v0", 1000, block_size=4, watermark=0.0)
     a, b = arrive(p, [(10, 5), (6, 5)])
     step = p.next_step(0, 0.0)
     assert step.request_ids == (0, 1) and step.num_new_tokens == (10, 6)
@@ -105,7 +105,7 @@ def test_prefill_first_then_decode_all():
 
 
 def test_arrival_gets_a_prefill_only_step_while_others_decode():
-    p = make_policy("vllm", 1000, block_size=4, watermark=0.0)
+    p = make_policy("vllm_v0", 1000, block_size=4, watermark=0.0)
     arrive(p, [(10, 50)])
     run_step(p, p.next_step(0, 0.0), 0.1)
     late = Request(1, 0.15, 20, 5)
@@ -118,32 +118,32 @@ def test_arrival_gets_a_prefill_only_step_while_others_decode():
 
 
 def test_token_budget_and_max_num_seqs_limit_admission():
-    p = make_policy("vllm", 10_000, max_num_batched_tokens=100, max_num_seqs=3)
+    p = make_policy("vllm_v0", 10_000, max_num_batched_tokens=100, max_num_seqs=3)
     arrive(p, [(40, 5), (40, 5), (30, 5), (10, 5), (10, 5)])
     assert p.next_step(0, 0.0).request_ids == (0, 1)  # 40 + 40 + 30 > 100
-    p2 = make_policy("vllm", 10_000, max_num_batched_tokens=1000, max_num_seqs=3)
+    p2 = make_policy("vllm_v0", 10_000, max_num_batched_tokens=1000, max_num_seqs=3)
     arrive(p2, [(40, 5)] * 5)
     assert p2.next_step(0, 0.0).request_ids == (0, 1, 2)
 
 
 def test_rejects_what_can_never_fit():
-    p = make_policy("vllm", 64, block_size=16, max_num_batched_tokens=100)
+    p = make_policy("vllm_v0", 64, block_size=16, max_num_batched_tokens=100)
     assert not p.add_request(Request(0, 0.0, 64, 5), 0.0)  # prompt + 1 = 65 > 4 blocks
     assert p.add_request(Request(1, 0.0, 63, 5), 0.0)
     big = Request(2, 0.0, 50, 5)
-    q = make_policy("vllm", 10_000, max_num_batched_tokens=40)
+    q = make_policy("vllm_v0", 10_000, max_num_batched_tokens=40)
     assert not q.add_request(big, 0.0) and big.status is RequestStatus.REJECTED
 
 
 def test_watermark_keeps_blocks_free_except_in_an_empty_instance():
-    p = make_policy("vllm", 160, block_size=16, watermark=0.25)  # 10 blocks, 2 kept free
+    p = make_policy("vllm_v0", 160, block_size=16, watermark=0.25)  # 10 blocks, 2 kept free
     arrive(p, [(150, 5), (20, 5)])  # the first needs all 10 blocks: admitted alone
     step = p.next_step(0, 0.0)
     assert step.request_ids == (0,)
-    p2 = make_policy("vllm", 160, block_size=16, watermark=0.25)
+    p2 = make_policy("vllm_v0", 160, block_size=16, watermark=0.25)
     arrive(p2, [(64, 5), (64, 5)])  # 4 + 4 blocks would leave 2 free: allowed
     assert p2.next_step(0, 0.0).request_ids == (0, 1)
-    p3 = make_policy("vllm", 160, block_size=16, watermark=0.25)
+    p3 = make_policy("vllm_v0", 160, block_size=16, watermark=0.25)
     arrive(p3, [(64, 5), (65, 5)])  # 4 + 5 blocks would leave 1 free: the second waits
     assert p3.next_step(0, 0.0).request_ids == (0,)
 
@@ -151,7 +151,7 @@ def test_watermark_keeps_blocks_free_except_in_an_empty_instance():
 # ---- blocks, iterations, preemption -------------------------------------------------------------
 def test_decode_run_length_is_limited_by_free_blocks():
     # 4 blocks of 4 tokens. A (prompt 5) holds 2 blocks, B (prompt 3) 1, one free.
-    p = make_policy("vllm", 16, block_size=4, watermark=0.0)
+    p = make_policy("vllm_v0", 16, block_size=4, watermark=0.0)
     arrive(p, [(5, 20), (3, 20)])
     run_step(p, p.next_step(0, 0.0), 0.1)
     step = p.next_step(0, 0.1)
@@ -167,7 +167,7 @@ def test_decode_run_length_is_limited_by_free_blocks():
 def test_preemption_takes_the_most_recently_admitted_and_requeues_at_the_head():
     # 4 blocks of 4: A (8 tokens) 2 blocks, B (4) 1, C (4) 1; after the prefill each needs one
     # more block. A preempts C (the latest admitted); B then finds none and preempts itself.
-    p = make_policy("vllm", 16, block_size=4, watermark=0.0)
+    p = make_policy("vllm_v0", 16, block_size=4, watermark=0.0)
     a, b, c = arrive(p, [(8, 10), (4, 10), (4, 10)])
     late = Request(3, 0.05, 4, 3)
     p.add_request(late, 0.05)  # waits behind: no blocks left
@@ -187,12 +187,12 @@ def test_preemption_takes_the_most_recently_admitted_and_requeues_at_the_head():
 
 def test_preempted_request_finishes_with_exactly_its_outputs():
     trace = make_trace([(0.0, 40, 60), (0.0, 40, 60), (0.0, 40, 60), (0.01, 30, 20)])
-    requests, _ = simulate_checked(trace, "vllm", {"block_size": 8, "watermark": 0.0}, 240)
+    requests, _ = simulate_checked(trace, "vllm_v0", {"block_size": 8, "watermark": 0.0}, 240)
     assert sum(r.num_preemptions for r in requests) > 0
     for r in requests:
         assert r.status is RequestStatus.FINISHED
         assert r.num_output_tokens == r.target_output_tokens
-    res = simulate(trace, "vllm", {"block_size": 8, "watermark": 0.0},
+    res = simulate(trace, "vllm_v0", {"block_size": 8, "watermark": 0.0},
                    [LinearExecutor(capacity=240, per_ctx_s=1e-6)])
     s = res.summary
     useful = int((res.records["prompt_tokens"] + res.records["output_tokens"] - 1).sum())
@@ -205,7 +205,7 @@ def test_preempted_request_finishes_with_exactly_its_outputs():
 
 def test_request_outgrowing_the_whole_cache_fails():
     trace = make_trace([(0.0, 20, 100)])  # 20 + 100 tokens > 64
-    requests, _ = simulate_checked(trace, "vllm", {"block_size": 16}, 64)
+    requests, _ = simulate_checked(trace, "vllm_v0", {"block_size": 16}, 64)
     assert requests[0].status is RequestStatus.FAILED
     assert requests[0].num_tokens > 64
 
@@ -222,7 +222,7 @@ small_traces = st.lists(
        watermark=st.sampled_from([0.0, 0.1]))
 def test_blocks_balance_before_every_step(trace, capacity, block_size, watermark):
     params = {"block_size": block_size, "watermark": watermark, "max_num_seqs": 8}
-    requests, _ = simulate_checked(trace, "vllm", params, capacity)
+    requests, _ = simulate_checked(trace, "vllm_v0", params, capacity)
     assert all(r.is_finished for r in requests)
 
 
@@ -231,7 +231,7 @@ def test_blocks_balance_before_every_step(trace, capacity, block_size, watermark
 def test_invariants_under_memory_pressure(params):
     for seed in range(3):
         trace = random_trace(np.random.default_rng(seed), 40, rate=30.0)
-        check_invariants(trace, "vllm", [LinearExecutor(capacity=500, per_ctx_s=1e-6)] * 2,
+        check_invariants(trace, "vllm_v0", [LinearExecutor(capacity=500, per_ctx_s=1e-6)] * 2,
                          params)
 
 
@@ -239,6 +239,6 @@ def test_config_is_validated():
     for bad in ({"block_size": 0}, {"watermark": 1.0}, {"max_num_seqs": 0},
                 {"max_num_batched_tokens": 0}, {"router": "nope"}):
         with pytest.raises(ConfigError):
-            make_policy("vllm", 1000, **bad)
+            make_policy("vllm_v0", 1000, **bad)
     with pytest.raises(ConfigError):
-        make_policy("vllm", 8, block_size=16)  # not one block of KV
+        make_policy("vllm_v0", 8, block_size=16)  # not one block of KV

@@ -1,4 +1,4 @@
-"""`vllm_v1`: today's vLLM (V1) scheduler: one token budget per step, running requests first
+"""`vllm`: today's vLLM (V1) scheduler: one token budget per step, running requests first
 (decodes before new prefills), chunked prefill with blocks allocated per chunk, prefix caching
 on by default, preemption of the most recently admitted by recomputation."""
 
@@ -23,14 +23,14 @@ from tests.test_properties import check_invariants
 
 
 def test_defaults_follow_vllm_serve():
-    c = make_policy("vllm_v1", 10_000).config
+    c = make_policy("vllm", 10_000).config
     assert (c.max_num_batched_tokens, c.max_num_seqs) == (8192, 1024)
     assert c.enable_prefix_caching and c.watermark == 0.0 and c.block_size == 16
     assert c.long_prefill_token_threshold == 0
 
 
 def test_decodes_come_before_new_prefills_in_one_step():
-    p = make_policy("vllm_v1", 10_000, max_num_batched_tokens=256, max_num_seqs=8)
+    p = make_policy("vllm", 10_000, max_num_batched_tokens=256, max_num_seqs=8)
     arrive(p, [(30, 20)])
     step = p.next_step(0, 0.0)
     assert step.num_new_tokens == (30,) and step.samples == (True,)
@@ -42,7 +42,7 @@ def test_decodes_come_before_new_prefills_in_one_step():
 
 
 def test_long_prompt_is_chunked_with_blocks_per_chunk():
-    p = make_policy("vllm_v1", 10_000, max_num_batched_tokens=64, max_num_seqs=8)
+    p = make_policy("vllm", 10_000, max_num_batched_tokens=64, max_num_seqs=8)
     arrive(p, [(20, 30)])
     run_step(p, p.next_step(0, 0.0), 0.1)
     long = Request(1, 0.1, 200, 5)
@@ -61,7 +61,7 @@ def test_long_prompt_is_chunked_with_blocks_per_chunk():
 
 
 def test_long_prefill_token_threshold_caps_a_chunk():
-    p = make_policy("vllm_v1", 10_000, max_num_batched_tokens=256, max_num_seqs=8,
+    p = make_policy("vllm", 10_000, max_num_batched_tokens=256, max_num_seqs=8,
                     long_prefill_token_threshold=50)
     arrive(p, [(120, 5), (30, 5)])
     step = p.next_step(0, 0.0)
@@ -74,7 +74,7 @@ def test_long_prefill_token_threshold_caps_a_chunk():
 def test_the_token_budget_is_never_exceeded_and_blocks_balance(trace, capacity, budget,
                                                                block_size):
     params = {"max_num_batched_tokens": budget, "max_num_seqs": 8, "block_size": block_size}
-    requests, steps = simulate_checked(trace, "vllm_v1", params, capacity,
+    requests, steps = simulate_checked(trace, "vllm", params, capacity,
                                        max_first_tokens=budget)
     assert all(r.is_finished for r in requests)
     for step in steps:
@@ -86,10 +86,10 @@ def test_the_token_budget_is_never_exceeded_and_blocks_balance(trace, capacity, 
 def test_prefix_caching_hits_by_default_and_can_be_turned_off():
     ex = LinearExecutor(capacity=4000, base_s=0.01, per_token_s=1e-3, per_ctx_s=1e-5)
     df = trace_with_ids([(0.0, 100, 4), (5.0, 100, 4)])
-    on = simulate(df, "vllm_v1", {}, [ex])
+    on = simulate(df, "vllm", {}, [ex])
     assert on.records["num_cached_tokens"].tolist() == [0, 96]  # 6 full blocks of 16
     assert on.records["ttft_s"].iloc[1] == pytest.approx(0.01 + 4 * 1e-3 + 96 * 1e-5)
-    off = simulate(df, "vllm_v1", {"enable_prefix_caching": False}, [ex])
+    off = simulate(df, "vllm", {"enable_prefix_caching": False}, [ex])
     assert off.records["num_cached_tokens"].sum() == 0
     assert off.records["ttft_s"].iloc[1] == pytest.approx(0.01 + 100 * 1e-3)
 
@@ -97,7 +97,7 @@ def test_prefix_caching_hits_by_default_and_can_be_turned_off():
 def test_preemption_recomputes_the_latest_admitted_and_admits_nothing_that_step():
     # 5 blocks of 4: A and B take 2 each for their prompts; A's 9th slot takes the last block,
     # B's 9th finds none: B, the latest admitted, is preempted (its 8 tokens to be recomputed)
-    p = make_policy("vllm_v1", 20, max_num_batched_tokens=16, max_num_seqs=2, block_size=4)
+    p = make_policy("vllm", 20, max_num_batched_tokens=16, max_num_seqs=2, block_size=4)
     a, b = arrive(p, [(8, 10), (8, 5)])
     step = p.next_step(0, 0.0)
     assert step.num_new_tokens == (8, 8) and p.state[0].blocks.num_used_blocks == 4
@@ -120,12 +120,12 @@ def test_preemption_recomputes_the_latest_admitted_and_admits_nothing_that_step(
 def test_preempted_requests_finish_with_exactly_their_outputs():
     params = {"max_num_batched_tokens": 32, "max_num_seqs": 16, "block_size": 8}
     trace = random_trace(np.random.default_rng(1), 40, rate=40.0, max_prompt=120, max_output=60)
-    requests, _ = simulate_checked(trace, "vllm_v1", params, 400)
+    requests, _ = simulate_checked(trace, "vllm", params, 400)
     assert sum(r.num_preemptions for r in requests) > 0
     for r in requests:
         if r.status is RequestStatus.FINISHED:
             assert r.num_output_tokens == r.target_output_tokens
-    check_invariants(trace, "vllm_v1", [LinearExecutor(capacity=400, per_ctx_s=1e-6)], params)
+    check_invariants(trace, "vllm", [LinearExecutor(capacity=400, per_ctx_s=1e-6)], params)
 
 
 @pytest.mark.parametrize("params", [{"max_num_batched_tokens": 64, "max_num_seqs": 8,
@@ -140,8 +140,8 @@ def test_jumps_are_exact_with_prefix_cache_hits_and_evictions(params):
     for seed in (1, 5, 7, 9, 11):
         trace = random_trace(np.random.default_rng(seed), 60, rate=20.0, block_tokens=8)
         ex = LinearExecutor(capacity=400, per_ctx_s=1e-6)
-        jump = simulate(trace, "vllm_v1", params, [ex, ex])
-        step = simulate(trace, "vllm_v1", params, [OneIterationExecutor(ex)] * 2)
+        jump = simulate(trace, "vllm", params, [ex, ex])
+        step = simulate(trace, "vllm", params, [OneIterationExecutor(ex)] * 2)
         assert jump.records["num_cached_tokens"].sum() > 0
         for col in ("first_token_s", "finish_s", "scheduled_s", "max_itl_s"):
             np.testing.assert_allclose(jump.records[col], step.records[col], rtol=1e-9,
@@ -151,11 +151,11 @@ def test_jumps_are_exact_with_prefix_cache_hits_and_evictions(params):
 
 def test_config_is_validated():
     with pytest.raises(ConfigError, match="max_num_batched_tokens"):
-        make_policy("vllm_v1", 10_000, max_num_batched_tokens=512)  # below max_num_seqs=1024
+        make_policy("vllm", 10_000, max_num_batched_tokens=512)  # below max_num_seqs=1024
     with pytest.raises(ConfigError, match="long_prefill_token_threshold"):
-        make_policy("vllm_v1", 10_000, long_prefill_token_threshold=-1)
+        make_policy("vllm", 10_000, long_prefill_token_threshold=-1)
     with pytest.raises(ConfigError, match="max_num_batched_tokens"):
-        make_policy("vllm_v1", 10_000, max_num_batched_tokens=0)
+        make_policy("vllm", 10_000, max_num_batched_tokens=0)
 
 
 def test_list_prints_every_policy_with_what_it_follows(capsys):
@@ -164,4 +164,4 @@ def test_list_prints_every_policy_with_what_it_follows(capsys):
     assert set(FOLLOWS) == set(BUILTIN_POLICIES)
     for name, follows in FOLLOWS.items():
         assert f"  {name}  (follows: {follows})" in out
-    assert "vLLM V1" in FOLLOWS["vllm_v1"] and "V0" in FOLLOWS["vllm"]
+    assert "vLLM V1" in FOLLOWS["vllm"] and "V0" in FOLLOWS["vllm_v0"]

@@ -137,7 +137,7 @@ def first_step_after(steps, t):
     return steps[steps["start_s"] >= t].iloc[0]
 
 
-@pytest.mark.parametrize("policy", ["vllm", "sarathi"])
+@pytest.mark.parametrize("policy", ["vllm_v0", "sarathi"])
 def test_second_identical_prompt_skips_exactly_its_cached_full_blocks(policy):
     ex = LinearExecutor(capacity=4000, base_s=0.01, per_token_s=1e-3, per_ctx_s=1e-5)
     df = trace_with_ids([(0.0, 100, 4), (5.0, 100, 4)])
@@ -156,7 +156,7 @@ def test_second_identical_prompt_skips_exactly_its_cached_full_blocks(policy):
 
 def test_full_hit_recomputes_the_last_token():
     ex = LinearExecutor(capacity=4000)
-    res = simulate(trace_with_ids([(0.0, 32, 2), (5.0, 32, 2)]), "vllm", CACHING, [ex])
+    res = simulate(trace_with_ids([(0.0, 32, 2), (5.0, 32, 2)]), "vllm_v0", CACHING, [ex])
     assert res.records["num_cached_tokens"].tolist() == [0, 31]
     second = first_step_after(res.steps, 5.0)
     assert second["num_new_tokens"] == 1 and second["num_context_tokens"] == 31
@@ -165,26 +165,26 @@ def test_full_hit_recomputes_the_last_token():
 def test_partial_last_block_never_hits():
     ex = LinearExecutor(capacity=4000)
     df = trace_with_ids([(0.0, 15, 1), (5.0, 15, 1)], block_tokens=15)
-    assert simulate(df, "vllm", CACHING, [ex]).records["num_cached_tokens"].sum() == 0
+    assert simulate(df, "vllm_v0", CACHING, [ex]).records["num_cached_tokens"].sum() == 0
 
 
 def test_later_ids_without_the_first_never_hit():
     ex = LinearExecutor(capacity=4000)
     df = trace_with_ids([(0.0, 64, 2), (5.0, 64, 2)], families=[0, 3])  # 3: other first id
-    assert simulate(df, "vllm", CACHING, [ex]).records["num_cached_tokens"].sum() == 0
+    assert simulate(df, "vllm_v0", CACHING, [ex]).records["num_cached_tokens"].sum() == 0
 
 
 def test_next_turn_hits_the_previous_answer():
     ex = LinearExecutor(capacity=4000)
     df = trace_with_ids([(0.0, 40, 30), (5.0, 90, 2)])  # turn 2 = turn 1 + answer + 20 new
-    res = simulate(df, "vllm", CACHING, [ex])
+    res = simulate(df, "vllm_v0", CACHING, [ex])
     assert res.records["num_cached_tokens"].tolist() == [0, 64]  # (40 + 30 - 1) // 16 blocks
 
 
 def test_shared_blocks_count_once_in_the_kv_footprint():
     ex = LinearExecutor(capacity=4000)
     df = trace_with_ids([(0.0, 64, 40), (0.2, 64, 40)])
-    res = simulate(df, "vllm", CACHING, [ex])
+    res = simulate(df, "vllm_v0", CACHING, [ex])
     assert res.records["num_cached_tokens"].tolist() == [0, 63]
     both = res.steps[res.steps["num_seqs"] == 2].iloc[0]
     held = both["num_context_tokens"] + both["num_computed_tokens"]
@@ -192,8 +192,8 @@ def test_shared_blocks_count_once_in_the_kv_footprint():
 
 
 @pytest.mark.parametrize("policy,params", [
-    ("vllm", {"block_size": 4}), ("sarathi", {"token_budget": 64, "max_num_seqs": 8}),
-    ("vllm", {"block_size": 8, "router": "round_robin"})])
+    ("vllm_v0", {"block_size": 4}), ("sarathi", {"token_budget": 64, "max_num_seqs": 8}),
+    ("vllm_v0", {"block_size": 8, "router": "round_robin"})])
 def test_cache_invariants_hold_after_every_step(policy, params, monkeypatch):
     update = PagedPolicy.update
     totals = {"hits": 0, "evicted": 0}
@@ -228,7 +228,7 @@ def test_disabled_caching_ignores_block_ids():
 def test_prefix_caching_on_the_real_backend_is_a_config_error():
     raw = {"workload": {"synthetic": {"num_requests": 5}},
            "cluster": {"backend": "real"}, "request_rates": [1],
-           "policies": [{"name": "vllm", "params": {"enable_prefix_caching": True}}]}
+           "policies": [{"name": "vllm_v0", "params": {"enable_prefix_caching": True}}]}
     with pytest.raises(ConfigError, match="policies\\[0\\].params.enable_prefix_caching"):
         experiment_from_dict(raw, "x")
     raw["cluster"] = {"backend": "sim"}
@@ -261,7 +261,7 @@ def test_mooncake_loader_sets_512_token_granules(tmp_path):
     assert r.block_ids == (7, 8) and r.block_tokens == 512
 
 
-@pytest.mark.parametrize("policy", ["vllm", "sarathi"])
+@pytest.mark.parametrize("policy", ["vllm_v0", "sarathi"])
 def test_prefix_caching_combines_with_speculative_decoding(policy):
     ex = LinearExecutor(capacity=4000, draft_s=1e-3)
     df = trace_with_ids([(0.0, 32, 9), (5.0, 32, 9), (5.0, 48, 9)])
@@ -305,7 +305,7 @@ def test_swapped_negative_ids_hit_nothing():
     df = make_trace([(0.0, 768, 1), (5.0, 768, 1)])
     df["block_ids"] = [ids_a, ids_b]
     df["block_tokens"] = 16
-    res = simulate(df, "vllm", CACHING, [ex])
+    res = simulate(df, "vllm_v0", CACHING, [ex])
     assert res.records["num_cached_tokens"].tolist() == [0, 0]
     assert res.summary["prefix_hit_rate"] == 0
 
@@ -313,8 +313,8 @@ def test_swapped_negative_ids_hit_nothing():
 @pytest.mark.parametrize("policy,params", [
     ("sarathi", {"token_budget": 64, "max_num_seqs": 8, "block_size": 4}),
     ("sarathi", {"token_budget": 32, "max_num_seqs": 16, "block_size": 8}),
-    ("vllm", {"max_num_batched_tokens": 256, "max_num_seqs": 8, "block_size": 4}),
-    ("vllm", {"max_num_seqs": 8, "block_size": 8, "watermark": 0.0})])
+    ("vllm_v0", {"max_num_batched_tokens": 256, "max_num_seqs": 8, "block_size": 4}),
+    ("vllm_v0", {"max_num_seqs": 8, "block_size": 8, "watermark": 0.0})])
 def test_paged_jumps_are_exact_with_prefix_cache_hits_and_evictions(policy, params):
     # little KV and shared prefixes and outputs: a preempted request's prefix stays cached in
     # others' blocks (it fits again at once), decodes complete blocks a waiting request misses

@@ -163,7 +163,7 @@ def test_oom_recovery_policy_works_on_the_real_engine(rows, oom_iterations, reco
     ex.check()
 
 
-@pytest.mark.skipif("vllm" not in policy_names(), reason="needs the vllm policy")
+@pytest.mark.skipif("vllm_v0" not in policy_names(), reason="needs the vllm policy")
 def test_preempting_policy_recomputes_on_the_real_engine():
     # 20 blocks of 16 tokens. Every request arrives at t = 0, so no step depends on measured
     # time. vLLM admits the first two prompts (7 blocks each; a third does not fit); each needs
@@ -172,7 +172,7 @@ def test_preempting_policy_recomputes_on_the_real_engine():
     ex = TorchExecutor("tiny", "cpu", kv_tokens=320, block_size=16, warmup_iterations=0,
                        num_threads=1)
     trace = make_trace([(0.0, 100, 120)] * 3 + [(0.0, 30, 40)])
-    res = replay(trace, "vllm", {"block_size": 16}, [ex])
+    res = replay(trace, "vllm_v0", {"block_size": 16}, [ex])
     rec = res.records
     assert (rec["status"] == "finished").all()
     assert (rec["output_tokens"] == rec["target_output_tokens"]).all()
@@ -183,7 +183,7 @@ def test_preempting_policy_recomputes_on_the_real_engine():
     assert computed == accounted
     # with no arrival left, the policy's decisions do not depend on time: the simulator with
     # any cost model makes the same ones
-    sim = simulate(trace, "vllm", {"block_size": 16}, [LinearExecutor(capacity=320)])
+    sim = simulate(trace, "vllm_v0", {"block_size": 16}, [LinearExecutor(capacity=320)])
     for col in ("num_preemptions", "num_recomputed_tokens", "instance_id"):
         assert rec[col].tolist() == sim.records[col].tolist(), col
     assert res.steps["num_computed_tokens"].tolist() == sim.steps["num_computed_tokens"].tolist()

@@ -86,7 +86,7 @@ def session_trace(num_sessions: int, turns: int) -> pd.DataFrame:
                                        "session_id"])
 
 
-@pytest.mark.parametrize("policy", ["vllm", "sarathi", "orca"])
+@pytest.mark.parametrize("policy", ["vllm_v0", "sarathi", "orca"])
 def test_every_turn_of_a_session_lands_on_one_instance(policy):
     trace = session_trace(12, 4)
     res = simulate(trace, policy, {"router": "session_affinity"},
@@ -99,7 +99,7 @@ def test_every_turn_of_a_session_lands_on_one_instance(policy):
 
 def test_round_robin_scatters_sessions():
     trace = session_trace(12, 4)
-    res = simulate(trace, "vllm", {"router": "round_robin"},
+    res = simulate(trace, "vllm_v0", {"router": "round_robin"},
                    [LinearExecutor(capacity=5000)] * 4, seed=0)
     rec = res.records.merge(trace.reset_index(names="request_id")[["request_id", "session_id"]])
     assert (rec.groupby("session_id")["instance_id"].nunique() > 1).any()
@@ -108,7 +108,7 @@ def test_round_robin_scatters_sessions():
 def test_least_kv_favours_the_larger_instance():
     trace = random_trace(np.random.default_rng(0), 300, rate=200.0, max_prompt=400)
     executors = [LinearExecutor(capacity=20_000), LinearExecutor(capacity=2_000)]
-    res = simulate(trace, "vllm", {"router": "least_kv"}, executors, seed=0)
+    res = simulate(trace, "vllm_v0", {"router": "least_kv"}, executors, seed=0)
     counts = res.records["instance_id"].value_counts()
     assert counts[0] > 2 * counts[1]
 

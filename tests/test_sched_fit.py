@@ -70,7 +70,7 @@ def test_calibrate_cli_errors(tmp_path, capsys):
 
 
 def test_the_engine_measures_the_policy_host_time_it_fits():
-    res = simulate(random_trace(np.random.default_rng(1), 80, rate=10.0), "vllm", {},
+    res = simulate(random_trace(np.random.default_rng(1), 80, rate=10.0), "vllm_v0", {},
                    [LinearExecutor(capacity=6000)])
     assert (res.steps["policy_host_s"] > 0).all()
     # idle polls count in the summary only, so it is at least the steps' mean; how much more

@@ -85,7 +85,7 @@ def test_prompt_cap_ends_sessions():
 def test_next_turn_hits_the_previous_turn_including_its_answer():
     df = session_trace(CFG, 2)
     ex = LinearExecutor(capacity=10**6, per_token_s=1e-5)
-    res = simulate(df, "vllm", {"enable_prefix_caching": True}, [ex])
+    res = simulate(df, "vllm_v0", {"enable_prefix_caching": True}, [ex])
     rec = res.records.assign(session_id=df["session_id"], turn=df["turn"])
     later = 0
     for _, turns in rec.groupby("session_id"):
@@ -104,14 +104,14 @@ def test_session_affinity_keeps_more_hits_than_round_robin():
     rate = {}
     for router in ("round_robin", "session_affinity"):
         params = {"enable_prefix_caching": True, "router": router}
-        rate[router] = simulate(df, "vllm", params, [ex] * 4).summary["prefix_hit_rate"]
+        rate[router] = simulate(df, "vllm_v0", params, [ex] * 4).summary["prefix_hit_rate"]
     assert rate["session_affinity"] > rate["round_robin"] + 0.2
 
 
 # ---- configuration ---------------------------------------------------------------------------
 def raw_config(**sessions):
     return {"workload": {"sessions": {"num_sessions": 10, **sessions}}, "request_rates": [2],
-            "policies": [{"name": "vllm", "params": {"enable_prefix_caching": True}}]}
+            "policies": [{"name": "vllm_v0", "params": {"enable_prefix_caching": True}}]}
 
 
 def test_a_sessions_workload_runs_from_a_config():

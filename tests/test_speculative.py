@@ -43,7 +43,7 @@ def test_tokens_per_verify_match_closed_form(alpha, k):
 
 def test_simulated_tokens_per_step_match_closed_form():
     ex = LinearExecutor(capacity=50_000, draft_s=1e-3)
-    res = simulate(long_trace(), "vllm", SPEC, [ex], seed=3)
+    res = simulate(long_trace(), "vllm_v0", SPEC, [ex], seed=3)
     s = res.summary
     expected = expected_tokens_per_step(0.7, 4)
     # a + 1 has variance below (k + 1)^2 / 4; a verify per request-step
@@ -62,7 +62,7 @@ def test_per_request_rates_follow_the_beta_draw():
 
 
 # ---- conservation and equivalence -----------------------------------------------------------
-@pytest.mark.parametrize("policy", ["vllm", "sarathi"])
+@pytest.mark.parametrize("policy", ["vllm_v0", "sarathi"])
 @pytest.mark.parametrize("capacity", [400, 50_000])
 def test_tokens_conserved(policy, capacity):
     trace = make_trace([(0.01 * i, 30 + 17 * i, 20 + 9 * i) for i in range(20)])
@@ -75,7 +75,7 @@ def test_tokens_conserved(policy, capacity):
     assert (done["num_accepted_tokens"] <= done["num_draft_tokens"]).all()
 
 
-@pytest.mark.parametrize("policy", ["vllm", "sarathi"])
+@pytest.mark.parametrize("policy", ["vllm_v0", "sarathi"])
 def test_k0_is_the_plain_policy(policy):
     trace = make_trace([(0.02 * i, 40 + 13 * i, 15 + 7 * i) for i in range(15)])
     ex = LinearExecutor(capacity=900, per_ctx_s=1e-6, draft_s=1e-3)
@@ -91,7 +91,7 @@ def test_k0_is_the_plain_policy(policy):
 
 def test_bursts_keep_tpot_and_mean_itl_equal():
     ex = LinearExecutor(capacity=50_000, draft_s=2e-3)
-    res = simulate(make_trace([(0.0, 20, 41)]), "vllm",
+    res = simulate(make_trace([(0.0, 20, 41)]), "vllm_v0",
                    {"num_speculative_tokens": 3, "acceptance_rate": 1.0}, [ex])
     rec, s = res.records.iloc[0], res.summary
     assert rec["num_spec_steps"] == 10  # 40 tokens after the first, 4 per verify
@@ -103,7 +103,8 @@ def test_bursts_keep_tpot_and_mean_itl_equal():
 
 # ---- cost and memory --------------------------------------------------------------------------
 def draft_executor(draft: str = "llama-68m"):
-    return build_executors(ClusterSpec(model="llama-2-7b", gpu="A100-80GB", draft_model=draft))[0]
+    return build_executors(ClusterSpec(model="llama-2-7b", gpu="A100-80GB", draft_model=draft,
+                                       cost_model={"kind": "roofline"}))[0]
 
 
 def test_verify_step_costs_k_draft_iterations_plus_target_chunk():
@@ -164,7 +165,7 @@ def test_cost_model_sweep_speeds_up_light_load():
 # ---- errors -----------------------------------------------------------------------------------
 def test_speculation_needs_a_draft_model():
     with pytest.raises(ConfigError) as err:
-        simulate(long_trace(1), "vllm", SPEC, [LinearExecutor()])
+        simulate(long_trace(1), "vllm_v0", SPEC, [LinearExecutor()])
     assert err.value.field == "num_speculative_tokens" and "draft_model" in str(err.value)
     with pytest.raises(ConfigError, match="draft"):
         simulate(long_trace(1), "sarathi", SPEC, build_executors(ClusterSpec()))
@@ -181,7 +182,7 @@ def test_bad_speculative_parameters(field, value):
                           if field != "acceptance_concentration" else value)
     assert err.value.field == field
     with pytest.raises(ConfigError):
-        simulate(long_trace(1), "vllm", params, [LinearExecutor(draft_s=1e-3)])
+        simulate(long_trace(1), "vllm_v0", params, [LinearExecutor(draft_s=1e-3)])
 
 
 def test_beta_draws_need_an_open_acceptance_rate():

@@ -14,7 +14,7 @@ class _Cfg:
 def test_all_policies_turn_prefix_caching_off_for_the_real_engine():
     entries = policy_entries(_Cfg(), ValidateOptions(all_policies=True))
     names = {e.name for e in entries}
-    assert "vllm_v1" in names
+    assert "vllm" in names
     for e in entries:
         config = make_config(get_policy(e.name), e.params, where=e.name)
         check_prefix_caching_backend(config, "real", e.name)  # raises if caching is on

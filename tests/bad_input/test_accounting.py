@@ -123,7 +123,7 @@ def test_issue_13_llama2_13b_on_a100_40gb(policy, on_oom):
     assert computed == accounted
 
 
-@pytest.mark.parametrize("policy", ["vllm", "sarathi", "lacb"])
+@pytest.mark.parametrize("policy", ["vllm_v0", "sarathi", "lacb"])
 def test_paged_request_that_outgrows_the_cache_charges_its_tokens_as_padding(policy):
     # 200 KV tokens = 12 blocks of 16 (192 tokens): 134 + 60 tokens never fit, so the request
     # fails while decoding; the tokens it computed until then were wasted work

@@ -272,7 +272,7 @@ def test_every_policy_parameter_refuses_a_value_of_the_wrong_type(policy, field,
     ({"enable_prefix_caching": "yes"}, "enable_prefix_caching", "'yes'"),
 ])
 def test_policy_parameter_types_are_checked_while_the_config_is_checked(params, field, value):
-    policies = [{"name": "vllm", "params": params}]
+    policies = [{"name": "vllm_v0", "params": params}]
     with pytest.raises(ConfigError) as info:
         experiment_from_dict(with_changes(policies=policies), "x")
     assert_names(info.value, f"policies[0].params.{field}", value)
@@ -316,7 +316,7 @@ def test_annotation_checks(annotation, value, ok):
 
 # ---- what every run needs is known up front ------------------------------------------------
 def test_speculative_tokens_without_a_draft_model_fail_at_config_check():
-    policies = [{"name": "vllm", "params": {"num_speculative_tokens": 4}}]
+    policies = [{"name": "vllm_v0", "params": {"num_speculative_tokens": 4}}]
     with pytest.raises(ConfigError) as info:
         experiment_from_dict(with_changes(policies=policies), "x")
     assert_names(info.value, "policies[0].params.num_speculative_tokens", "4")
@@ -326,7 +326,7 @@ def test_speculative_tokens_without_a_draft_model_fail_at_config_check():
 
 
 def test_a_second_entry_that_speculates_without_a_draft_is_named():
-    policies = [{"name": "vllm", "cluster": {"draft_model": "llama-68m"},
+    policies = [{"name": "vllm_v0", "cluster": {"draft_model": "llama-68m"},
                  "params": {"num_speculative_tokens": 2}},
                 {"name": "sarathi", "params": {"num_speculative_tokens": 2}}]
     with pytest.raises(ConfigError) as info:

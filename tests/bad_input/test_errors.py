@@ -31,4 +31,4 @@ def test_trace_error_pickles_with_its_row_and_field():
 def test_simulate_refuses_absolute_arrival_times():
     trace = make_trace([(1e15, 10, 5), (1e15 + 1, 10, 5)])
     with pytest.raises(ValueError, match=r"row 0: arrival_s=1000000000000000.0 .*starts at 0"):
-        simulate(trace, "vllm", {}, build_executors(ClusterSpec()))
+        simulate(trace, "vllm_v0", {}, build_executors(ClusterSpec()))

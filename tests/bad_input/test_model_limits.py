@@ -27,7 +27,7 @@ def llama2():
     return build_executors(LLAMA2)
 
 
-def run(trace_rows, policy="vllm", params=None, executors=None, **kwargs):
+def run(trace_rows, policy="vllm_v0", params=None, executors=None, **kwargs):
     return simulate(make_trace(trace_rows), policy, params or {}, executors, **kwargs)
 
 
@@ -46,7 +46,7 @@ def test_prompt_longer_than_the_context_is_rejected_with_its_reason(llama2):
     assert "prompt_tokens=5000" in events["info"].iloc[0]
 
 
-@pytest.mark.parametrize("policy", ["vllm", "orca", "sarathi", "vanilla", "dynamic", "ccb"])
+@pytest.mark.parametrize("policy", ["vllm_v0", "orca", "sarathi", "vanilla", "dynamic", "ccb"])
 def test_output_is_cut_where_prompt_plus_output_reach_the_context(llama2, policy):
     params = {"max_tokens": 4096} if policy == "orca" else {}
     res = run([(0.0, 3000, 2000), (0.0, 4096, 50), (0.0, 10, 20)], policy, params, llama2)
@@ -75,19 +75,19 @@ def test_a_smaller_max_model_len_is_enforced_and_a_larger_one_refused(llama2):
 
 
 def test_an_executor_that_names_no_model_caps_nothing():
-    res = run([(0.0, 50_000, 10)], "vllm", {"max_num_batched_tokens": 60_000},
+    res = run([(0.0, 50_000, 10)], "vllm_v0", {"max_num_batched_tokens": 60_000},
               [LinearExecutor(capacity=100_000)])
     assert res.records["finish_reason"].iloc[0] == "stop"
 
 
 def test_policy_rejections_carry_their_own_reason(llama2):
-    res = run([(0.0, 3000, 10), (0.0, 100, 10)], "vllm", {"max_num_batched_tokens": 2048},
+    res = run([(0.0, 3000, 10), (0.0, 100, 10)], "vllm_v0", {"max_num_batched_tokens": 2048},
               llama2)
     rec = res.records.set_index("request_id")
     assert rec.loc[0, "reason"] == "exceeds_max_num_batched_tokens"
     assert "max_num_batched_tokens=2048" in rec.loc[0, "reason_detail"]
     tiny = [LinearExecutor(capacity=64)]
-    res = run([(0.0, 100, 10)], "vllm", {}, tiny)
+    res = run([(0.0, 100, 10)], "vllm_v0", {}, tiny)
     assert res.records["reason"].iloc[0] == "exceeds_kv_capacity"
 
 
@@ -110,7 +110,7 @@ CONFIG = {
                                           "max_tokens": 6000},
                                "output": {"kind": "uniform", "min_tokens": 10, "max_tokens": 40}}},
     "cluster": {"model": "llama-2-7b", "gpu": "A100-80GB"},
-    "policies": ["vllm"],
+    "policies": ["vllm_v0"],
     "request_rates": [4],
 }
 
@@ -124,8 +124,8 @@ def _cli(tmp_path: Path, *extra: str) -> int:
 def test_cli_warns_writes_reasons_and_strict_fails(tmp_path, capsys):
     assert _cli(tmp_path) == 0
     err = capsys.readouterr().err
-    assert "warning: vllm__rate4__seed0:" in err and "prompt_too_long" in err
-    run_dir = tmp_path / "out" / "runs" / "vllm__rate4__seed0"
+    assert "warning: vllm_v0__rate4__seed0:" in err and "prompt_too_long" in err
+    run_dir = tmp_path / "out" / "runs" / "vllm_v0__rate4__seed0"
     records = pd.read_parquet(run_dir / "records.parquet")
     rejected = records[records["status"] == "rejected"]
     assert len(rejected) > 0 and (rejected["reason"] == PROMPT_TOO_LONG).all()
@@ -135,7 +135,7 @@ def test_cli_warns_writes_reasons_and_strict_fails(tmp_path, capsys):
     assert summary["rejected"] == len(rejected)
     assert "warning:" in (tmp_path / "out" / "table.txt").read_text()
     assert _cli(tmp_path, "--strict") == 1
-    assert "error: --strict=0: vllm__rate4__seed0 rejected or failed" in capsys.readouterr().err
+    assert "error: --strict=0: vllm_v0__rate4__seed0 rejected or failed" in capsys.readouterr().err
     assert _cli(tmp_path, "--strict", "0.99") == 0
     with pytest.raises(SystemExit):
         _cli(tmp_path, "--strict", "1.5")

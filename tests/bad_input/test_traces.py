@@ -192,7 +192,7 @@ def test_prefix_caching_refuses_ids_without_granule_at_run_time():
     df = make_trace([(0.0, 64, 2), (5.0, 64, 2)])
     df["block_ids"] = [(1, 2, 3, 4), (1, 2, 3, 4)]  # a hand-built frame, never validated
     with pytest.raises(ValueError, match="block_tokens=None with block_ids=\\[1, 2, 3, 4\\]"):
-        simulate(df, "vllm", {"enable_prefix_caching": True}, [LinearExecutor()])
+        simulate(df, "vllm_v0", {"enable_prefix_caching": True}, [LinearExecutor()])
 
 
 # ---- retime: scale on a zero span -----------------------------------------------------------------
