@@ -6,7 +6,8 @@ iteration as
     num_layers * (dense_layer_s(N) + attention) + 2 * num_layers * allreduce_s(2 h N) (TP > 1)
     + step_fixed_s(num_seqs, num_sampled)
 
-with the formulas of `sim/stage_params.py`. Fixed per-kernel and per-layer costs do not divide
+(the GPU part at least num_layers * cpu_launch_per_layer_s, host launch work it overlaps) with
+the formulas of `sim/stage_params.py`. Fixed per-kernel and per-layer costs do not divide
 by TP; only the work does. `iteration_times_from_sums` has the signature and semantics of
 `RooflineCostModel.iteration_times_from_sums`, so `CostModelExecutor` can run either. Torch-free;
 constants are folded in `__init__` so a call is a few float operations (plus one numpy
@@ -32,7 +33,7 @@ class StageCostModel:
                  "_half", "_gemm_fixed", "_small_fixed", "_small_spt", "_attn_fpp", "_attn_inv_c",
                  "_attn_half", "_attn_fixed", "_kv_bpt", "_kv_inv_large", "_dec_small",
                  "_dec_span", "_dec_half", "_dec_fixed", "_inv_bw", "_ar_fixed", "_ar_spb",
-                 "_ar_ll_fixed", "_ar_ll_spb",
+                 "_ar_ll_fixed", "_ar_ll_spb", "_launch_floor",
                  "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt", "_vocab_bytes")
 
     def __init__(self, deployment: DeploymentSpec, params: StageParams) -> None:
@@ -48,6 +49,7 @@ class StageCostModel:
         qkv_out = (heads + 2 * kvh) * hd
         shapes = ((h, qkv_out), (heads * hd, h), (h, up_out), (inter, h))  # (in, out) per GEMM
         self._layers = m.num_layers  # layers
+        self._launch_floor = m.num_layers * p.cpu_launch_per_layer_s  # seconds per iteration
         self._tp = tp  # GPUs in the group
         self._gemms = tuple(self._gemm_consts(k, o, wb) for k, o in shapes)  # per GEMM
         # s/FLOP at max eff: fp8 (W8A8) weights run the dense GEMMs on fp8 tensor cores
@@ -151,11 +153,14 @@ class StageCostModel:
         return min(self._ar_fixed + self._ar_spb * size_bytes,
                    self._ar_ll_fixed + self._ar_ll_spb * size_bytes)
 
-    def step_fixed_s(self, num_seqs: int, num_sampled: int) -> float:
+    def host_s(self, num_seqs: int) -> float:
+        """CPU/engine seconds of one iteration (not overlapped with the GPU)."""
+        return self.params.cpu_step_s + self.params.cpu_per_seq_s * num_seqs
+
+    def gpu_fixed_s(self, num_seqs: int, num_sampled: int) -> float:
         """Embedding and final norm (charged at num_seqs tokens), lm_head + logits gather +
-        sampler for num_sampled sequences, CPU/engine work."""
-        p = self.params
-        t = p.cpu_step_s + p.cpu_per_seq_s * num_seqs
+        sampler for num_sampled sequences."""
+        p, t = self.params, 0.0
         if num_seqs > 0:
             t += 2 * p.small_fixed_s + (self._emb_spt + self._norm_spt) * num_seqs
         if num_sampled > 0:
@@ -164,6 +169,10 @@ class StageCostModel:
             if self._tp > 1:
                 t += self.allreduce_s(self._vocab_bytes * num_sampled / self._tp)  # gather
         return t
+
+    def step_fixed_s(self, num_seqs: int, num_sampled: int) -> float:
+        """`gpu_fixed_s` + `host_s`: every per-step cost outside the layers."""
+        return self.gpu_fixed_s(num_seqs, num_sampled) + self.host_s(num_seqs)
 
     # ---- iterations -------------------------------------------------------------------------
     @staticmethod
@@ -199,7 +208,8 @@ class StageCostModel:
             attn = self.attn_prefill_layer_s(n, c)
             if d:
                 attn += self._dec_fixed + kv * self._decode_s_per_kv_token(d)
-            out[0] = self._layers_s(num_tokens, attn) + self.step_fixed_s(num_seqs, num_sampled)
+            gpu = self._layers_s(num_tokens, attn) + self.gpu_fixed_s(num_seqs, num_sampled)
+            out[0] = max(gpu, self._launch_floor) + self.host_s(num_seqs)
         if num_iterations == 1:
             return out
         b = num_seqs
@@ -207,8 +217,11 @@ class StageCostModel:
             out[1:] = self.params.cpu_step_s  # an empty batch only pays the overhead
             return out
         kv_after = np.arange(1, num_iterations, dtype=np.float64) * b + (sum_context + num_tokens)
-        base = self._layers_s(b, self._dec_fixed) + self.step_fixed_s(b, b)
-        out[1:] = base + (self._layers * self._decode_s_per_kv_token(b)) * kv_after
+        base = self._layers_s(b, self._dec_fixed) + self.gpu_fixed_s(b, b)
+        gpu = base + (self._layers * self._decode_s_per_kv_token(b)) * kv_after
+        if self._launch_floor:
+            np.maximum(gpu, self._launch_floor, out=gpu)
+        out[1:] = gpu + self.host_s(b)
         return out
 
     def iteration_times(self, num_new_tokens: Sequence[int], num_context_tokens: Sequence[int],

@@ -13,7 +13,9 @@ and a fixed cost per kernel or per layer that does NOT divide by tensor parallel
   all-reduce  allreduce_launch_s + min over NCCL protocols of latency(w) + bytes * 2 (w - 1) / w
               / bus_bandwidth(w): the bulk protocol and, where fitted, the low-latency one
               (NCCL's LL: less latency, less bandwidth; its tuner picks the faster);
-  per step    sampler and CPU/engine costs.
+  per step    sampler and CPU/engine costs; the GPU work of a step cannot finish before the host
+              has launched it: max(GPU time, num_layers * cpu_launch_per_layer_s) (an eager
+              engine launching kernel by kernel; 0 for CUDA graphs, the default).
 """
 
 from __future__ import annotations
@@ -113,6 +115,8 @@ class StageParams:
     sampler_per_seq_s: float  # seconds per sampled sequence per iteration in the sampler
     cpu_step_s: float  # seconds of CPU/engine work per iteration (schedule, prepare, output)
     cpu_per_seq_s: float  # seconds of CPU/engine work per scheduled sequence per iteration
+    cpu_launch_per_layer_s: float = 0.0  # seconds of host launch work per layer per iteration
+    # that the GPU work overlaps (a floor on it); 0: CUDA graphs replay a step in one launch
 
     def __post_init__(self) -> None:
         for f in fields(self):

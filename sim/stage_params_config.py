@@ -27,6 +27,7 @@ PARAMS_KEY = "params"  # cost_model key naming a StageParams JSON file
 FILE_SECTION = "stage_params"  # the section of a parameter file that holds the fields
 META_KEYS = ("format", "version", "source", "errors")  # file keys that are not fields
 STAGE_FIELDS = tuple(f.name for f in fields(StageParams))  # every StageParams field name
+OPTIONAL_FIELDS = ("cpu_launch_per_layer_s",)  # fields a parameter file may leave at default
 ALLREDUCE_KEYS = ("num_workers", "latency_s", "bus_bandwidth")  # AllReduceParams fields, required
 ALLREDUCE_LL_KEYS = ("ll_latency_s", "ll_bus_bandwidth")  # optional low-latency protocol
 
@@ -102,7 +103,7 @@ def stage_overrides(options: Mapping[str, Any], skip: tuple[str, ...] = ()) -> d
 
 def params_from_dict(data: Mapping[str, Any], where: str) -> StageParams:
     """A full StageParams from a mapping of every field (errors name `<where>.<field>`)."""
-    missing = [f for f in STAGE_FIELDS if f not in data]
+    missing = [f for f in STAGE_FIELDS if f not in data and f not in OPTIONAL_FIELDS]
     if missing:
         raise ConfigError(f"{where}.{missing[0]}", None,
                           f"missing; a parameter set needs every field: {', '.join(missing)}")
@@ -110,7 +111,7 @@ def params_from_dict(data: Mapping[str, Any], where: str) -> StageParams:
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]}", data[unknown[0]],
                           f"unknown; known: {', '.join(STAGE_FIELDS)}")
-    return _build(where, {k: check_value(where, k, data[k]) for k in STAGE_FIELDS})
+    return _build(where, {k: check_value(where, k, data[k]) for k in STAGE_FIELDS if k in data})
 
 
 def _build(where: str, values: Mapping[str, Any]) -> StageParams:

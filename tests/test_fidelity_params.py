@@ -241,3 +241,16 @@ def test_fit_gpu_on_the_shared_a100_profile(tmp_path: Path, capsys: Any) -> None
     main_rows = errors[(errors["regime"] != "other") & (errors["tp"] <= 2)]
     assert (main_rows["median_abs_after"] <= 0.10).all()
     assert stage_params_for("A100-80GB") is A100_80GB_PARAMS  # the default is untouched
+
+
+def test_a_params_file_without_the_launch_floor_loads_with_none(tmp_path: Path) -> None:
+    from sim.stage_params_config import params_to_dict
+
+    body = params_to_dict(A100_80GB_PARAMS)
+    del body["cpu_launch_per_layer_s"]  # files written before the field existed
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(body))
+    cost = build_executors(ClusterSpec(cost_model={"kind": "stage", "params": str(path)}))
+    assert cost[0].cost_model.params == A100_80GB_PARAMS
+    eager = model_of(kind="stage", cpu_launch_per_layer_s=5e-4)
+    assert eager.params.cpu_launch_per_layer_s == 5e-4

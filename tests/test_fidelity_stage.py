@@ -347,3 +347,19 @@ def test_agrees_with_the_generic_composition() -> None:
             # decode rows: this model reads context + the new token's KV, the composer context
             np.testing.assert_allclose(m.iteration_times_from_sums(*sums),
                                        generic.iteration_times_from_sums(*sums), rtol=1e-3)
+
+
+def test_launch_floor_bounds_the_gpu_part_of_a_step_by_hand() -> None:
+    """An eager engine launches every kernel from the host: the GPU work of a step cannot end
+    before num_layers * cpu_launch_per_layer_s; host work (cpu_step_s) is added after it."""
+    dep = DeploymentSpec(TOY, TOY_GPU, 1)
+    plain = StageCostModel(dep, PARAMS)
+    floor = 1.0  # seconds per layer: far above any GPU time of the toy model
+    eager = StageCostModel(dep, replace(PARAMS, cpu_launch_per_layer_s=floor))
+    host = PARAMS.cpu_step_s + PARAMS.cpu_per_seq_s * 3
+    got = eager.iteration_times([1, 1, 1], [10, 20, 30], num_sampled=3, num_iterations=4)
+    assert got == pytest.approx([TOY.num_layers * floor + host] * 4, rel=1e-12)
+    tiny = StageCostModel(dep, replace(PARAMS, cpu_launch_per_layer_s=1e-12))  # never binds
+    np.testing.assert_allclose(tiny.iteration_times([1, 1, 1], [10, 20, 30], 3, 4),
+                               plain.iteration_times([1, 1, 1], [10, 20, 30], 3, 4), rtol=1e-12)
+    assert PARAMS.cpu_launch_per_layer_s == 0.0  # default: CUDA graphs, no floor
