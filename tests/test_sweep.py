@@ -188,10 +188,11 @@ def test_workers_exit_with_the_driver_and_the_sweep_resumes(tmp_path, signum, co
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         def blocked() -> bool:  # rate 1's four runs landed, both workers wait on rate 4
+            assert driver.poll() is None, f"the driver exited early: {driver.communicate()[1]}"
             done = out / "summary.csv"
-            return (driver.poll() is None and done.is_file()
-                    and len(pd.read_csv(done)) == 4 and len(_children(driver.pid)) == 2)
-        _wait_for(blocked, "the first four runs")
+            return (done.is_file() and len(pd.read_csv(done)) == 4
+                    and len(_children(driver.pid)) == 2)
+        _wait_for(blocked, "the first four runs", deadline_s=600.0)  # a hang guard, not a timing
         workers = _children(driver.pid)
         os.kill(driver.pid, getattr(signal, signum))
         stdout, stderr = driver.communicate(timeout=60)
