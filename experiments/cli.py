@@ -45,6 +45,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "plot": Subcommand("experiments.plot", "draw a sweep's figures (vs rate, latency CDFs)", (
         "servesim plot results/quickstart",
         "servesim plot results/azure_conv_sweep --rate 3 --formats png")),
+    "figures": Subcommand("experiments.figures",
+                          "run a docs page's sweeps (missing or stale runs) and draw its figures", (
+        "servesim figures --list",
+        "servesim figures magnus --jobs 2          # results/magnus, then docs/figures/magnus_*",
+        "servesim figures overhead speculative --draw-only --out /tmp/figures")),
     "validate": Subcommand("experiments.validate",
                            "compare the calibrated simulator with the real engine", (
         "servesim validate CONFIG --out results/validate",

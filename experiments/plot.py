@@ -88,11 +88,13 @@ def plot_cdfs(results: Path, df: pd.DataFrame, rate: float) -> plt.Figure:
     return fig
 
 
-def save(fig: plt.Figure, out: Path, stem: str, formats: Sequence[str]) -> list[Path]:
+def save(fig: plt.Figure, out: Path, stem: str, formats: Sequence[str],
+         dpi: int = 130) -> list[Path]:
+    """Write OUT/<stem>.<format> for each format (dots per inch: dpi), then close the figure."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.{fmt}" for fmt in formats]
     for p in paths:
-        fig.savefig(p, dpi=130)
+        fig.savefig(p, dpi=dpi)
     plt.close(fig)
     return paths
 

@@ -1,12 +1,13 @@
 """Published directions, reproduced in simulation on small workloads (the scenarios of
-experiments/policy_figures.py, which draws them for docs/policies.md on larger ones)."""
+experiments/figures/policy_scenarios.py; `python -m experiments.figures policies` draws them for
+docs/policies.md on larger ones)."""
 
 from __future__ import annotations
 
 import pytest
 
 from experiments.capacity import SearchConfig
-from experiments.policy_figures import (CHUNKED, DYNAMIC, PAGED, QUANT_SEQ, quantized_run)
+from experiments.figures.policy_scenarios import CHUNKED, DYNAMIC, PAGED, QUANT_SEQ, quantized_run
 
 N = 200  # requests per simulated run
 COARSE = SearchConfig(min_rate=0.125, rel_tol=0.1)

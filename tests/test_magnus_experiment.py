@@ -1,12 +1,13 @@
-"""experiments/configs/magnus.yaml: per-policy cluster overrides, and a tiny sweep + report."""
+"""experiments/configs/magnus.yaml: per-policy cluster overrides, and its docs page run and drawn
+end to end on a tiny sweep (python -m experiments.figures magnus)."""
 
 from pathlib import Path
 
 import pytest
 
-from experiments import magnus_report
 from experiments.config import experiment_from_dict
-from experiments.run import load_config, main
+from experiments.figures import main
+from experiments.run import load_config
 from sim.errors import ConfigError
 from traces.magnus_workload import default_magnus_path
 
@@ -36,17 +37,16 @@ def test_a_bad_cluster_override_names_its_policy_entry():
 @pytest.mark.skipif(not default_magnus_path().is_file(), reason="shared data not present")
 def test_tiny_sweep_and_report(tmp_path, monkeypatch):
     monkeypatch.chdir(CONFIG.parents[2])  # the config's data paths are relative to the repo
-    out, figures = tmp_path / "out", tmp_path / "figures"
+    results, figures = tmp_path / "results", tmp_path / "figures"
     overrides = ["max_requests=30", "request_rates=[4]"]
     for i in (3, 4, 5):  # GLP, ABP, Magnus: torch-free embedder, small training set
         overrides += [f"policies.{i}.params.predictor.model=hashing",
                       f"policies.{i}.params.predictor.max_train_per_task=40",
                       f"policies.{i}.params.predictor.cache_dir={tmp_path / 'cache'}"]
-    args = [str(CONFIG), "--out", str(out), "--no-progress"]
-    assert main(args + [f"--set={o}" for o in overrides]) == 0
-    assert magnus_report.main([str(out), "--figures", str(figures)]) == 0
+    args = ["magnus", "--results", str(results), "--out", str(figures), "--no-progress"]
+    assert main(args + [f"--set={o}" for o in overrides]) == 0  # runs the sweep, then draws
     assert {p.name for p in figures.glob("*.png")} == {
         "magnus_request_throughput.png", "magnus_mean_latency.png", "magnus_p99_latency.png",
         "magnus_token_throughput.png"}
-    table = (out / "magnus_ratios.md").read_text()
+    table = (results / "magnus" / "magnus_ratios.md").read_text()
     assert "\n| 4 | " in table and "| Magnus | VS (all rates) |" in table and "paper" in table

@@ -227,7 +227,8 @@ def test_bad_verify_steps(kwargs):
 def test_report_draws_figures_and_table(tmp_path):
     import json
 
-    from experiments.speculative_report import breakeven_alpha, main
+    from experiments.figures import main
+    from experiments.figures.speculative import breakeven_alpha, draw
 
     rows, policies = [], [{"label": "plain", "params": {}, "cluster": {}}]
     for k in (0, 2):
@@ -242,12 +243,13 @@ def test_report_draws_figures_and_table(tmp_path):
     pd.DataFrame(rows).to_csv(tmp_path / "summary.csv", index=False)
     (tmp_path / "config.json").write_text(json.dumps(
         {"policies": policies, "cluster": {"model": "llama-2-7b", "gpu": "A100-80GB"}}))
-    assert main([str(tmp_path), "--out", str(tmp_path / "fig"), "--k", "2"]) == 0
+    written = draw([tmp_path], tmp_path / "fig", k=2)
+    assert tmp_path / "speculative_table.md" in written
     assert len(list((tmp_path / "fig").glob("speculative_*.png"))) == 3
     assert "break-even" in (tmp_path / "speculative_table.md").read_text()
     assert breakeven_alpha(expected_tokens_per_step(0.6, 4), 4) == pytest.approx(0.6, abs=1e-6)
     assert math.isnan(breakeven_alpha(5.0, 4))
-    assert main([str(tmp_path / "missing")]) == 2
+    assert main(["speculative", "--draw-only", "--results", str(tmp_path / "missing")]) == 2
 
 
 def test_unknown_draft_model_names_the_field():

@@ -1,20 +1,15 @@
-"""Figures and tables of the scheduling-overhead sweeps (docs/overhead.md).
+"""docs/overhead.md: the scheduling-overhead sweeps.
 
-    python -m experiments.overhead_report [RATE_RESULTS] [PER_REQUEST_RESULTS] [--figures DIR]
-
-RATE_RESULTS (default results/overhead, from experiments/configs/overhead.yaml): GPU busy
-fraction, mean / p99 TPOT and mean TTFT against the request rate, one line per label
-(FIGURES/overhead_vs_rate.png). PER_REQUEST_RESULTS (default results/overhead_per_request, from
-experiments/configs/overhead_per_request.yaml): the same against the per-request CPU cost, serial
-and async, the run without overhead as a dashed line (FIGURES/overhead_vs_per_request.png).
-Prints both tables (markdown) on stdout.
+RESULTS/overhead (experiments/configs/overhead.yaml): GPU busy fraction, mean / p99 TPOT and mean
+TTFT against the request rate, one line per label (FIGURES/overhead_vs_rate.png).
+RESULTS/overhead_per_request (experiments/configs/overhead_per_request.yaml): the same against the
+per-request CPU cost, serial and async, the run without overhead as a dashed line
+(FIGURES/overhead_vs_per_request.png). Prints both tables (markdown).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -24,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from experiments.figures.page import FigurePage  # noqa: E402
 from experiments.plot import load_summary, plot_against_rate, save  # noqa: E402
 
 METRICS: tuple[tuple[str, str, float], ...] = (  # (summary column, axis label, scale)
@@ -36,6 +32,7 @@ METRICS: tuple[tuple[str, str, float], ...] = (  # (summary column, axis label, 
 )
 TABLE_COLUMNS = ("gpu_busy_frac", "mean_tpot_s", "p99_tpot_s", "mean_ttft_s",
                  "request_throughput")
+TITLE = "vllm, llama-2-7b on A100-80GB, Azure conv (1500 requests); 2 seeds"
 
 
 def with_overhead(results: Path, df: pd.DataFrame) -> pd.DataFrame:
@@ -87,29 +84,19 @@ def table(df: pd.DataFrame, keys: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Draw the scheduling-overhead figures.")
-    ap.add_argument("rate_results", type=Path, nargs="?", default=Path("results/overhead"))
-    ap.add_argument("per_request_results", type=Path, nargs="?",
-                    default=Path("results/overhead_per_request"))
-    ap.add_argument("--figures", type=Path, default=Path("docs/figures"))
-    args = ap.parse_args(argv)
-    try:
-        by_rate = load_summary(args.rate_results)
-        per_req = with_overhead(args.per_request_results, load_summary(args.per_request_results))
-    except (FileNotFoundError, KeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    title = "vllm, llama-2-7b on A100-80GB, Azure conv (1500 requests); 2 seeds"
-    written = save(plot_against_rate(by_rate, METRICS, title), args.figures,
-                   "overhead_vs_rate", ["png"])
-    written += save(plot_per_request(per_req), args.figures, "overhead_vs_per_request", ["png"])
+def draw(results: list[Path], figures: Path) -> list[Path]:
+    """Both figures and both tables, from RESULTS/overhead and RESULTS/overhead_per_request."""
+    by_rate = load_summary(results[0])
+    per_req = with_overhead(results[1], load_summary(results[1]))
+    written = save(plot_against_rate(by_rate, METRICS, TITLE), figures, "overhead_vs_rate",
+                   ["png"])
+    written += save(plot_per_request(per_req), figures, "overhead_vs_per_request", ["png"])
     print(table(by_rate, ("label", "rate")) + "\n")
     print(table(per_req.sort_values(["mode", "per_request_us"]), ("mode", "per_request_us")))
-    for p in written:
-        print(p)
-    return 0
+    return written
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+PAGE = FigurePage(
+    "overhead", "docs/overhead.md",
+    ("experiments/configs/overhead.yaml", "experiments/configs/overhead_per_request.yaml"),
+    draw, "scheduler CPU time: GPU busy, TPOT, TTFT against rate and per-request cost")

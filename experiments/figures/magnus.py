@@ -1,13 +1,10 @@
-"""Plots and ratio tables of a Magnus sweep (`experiments/configs/magnus.yaml`).
+"""docs/magnus.md: Magnus against its baselines (experiments/configs/magnus.yaml).
 
-    python -m experiments.magnus_report [RESULTS_DIR] [--figures DIR]
-        [--targets Magnus,Magnus-oracle] [--baselines VS,VSQ,CCB]
-
-Reads RESULTS_DIR/summary.csv and each run's steps.parquet, then
-- plots request throughput, mean and p99 latency, and valid / total generated-token throughput
+From RESULTS/magnus (summary.csv and each run's steps.parquet):
+- request throughput, mean and p99 latency, and valid / total generated-token throughput
   against the request rate, one line per policy label (FIGURES/magnus_*.png);
-- writes RESULTS_DIR/magnus_ratios.md: each target's change against the first baseline at each
-  rate, and the range over rates against every baseline, next to the paper's ranges.
+- RESULTS/magnus/magnus_ratios.md (also printed): each of TARGETS' change against the first of
+  BASELINES at each rate, and the range over rates against every baseline, next to the paper's.
 Valid tokens are the outputs of finished requests; total generated tokens count every sampled
 slot of every iteration, wasted slots of finished requests in a static batch and iterations
 lost to OOM included.
@@ -15,12 +12,17 @@ lost to OOM included.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Sequence
 
-import pandas as pd
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from experiments.figures.page import FigurePage  # noqa: E402
+from experiments.plot import save  # noqa: E402
 
 PAPER = {"request_throughput": "+66% to +234%", "mean_e2e_s": "-60.3% to -89.7%",
          "p99_e2e_s": "-53.2% to -91.7%"}  # Magnus vs the baselines, arXiv 2406.04785
@@ -29,6 +31,11 @@ METRICS: tuple[tuple[str, str], ...] = (  # (summary column, axis label)
     ("mean_e2e_s", "mean latency (s)"),
     ("p99_e2e_s", "p99 latency (s)"),
 )
+TARGETS = ("Magnus", "Magnus-oracle")  # labels whose changes are tabulated
+BASELINES = ("VS", "VSQ", "CCB")  # labels compared against (the first one per rate)
+PRINTED = ["label", "rate", "request_throughput", "mean_e2e_s", "p99_e2e_s",
+           "valid_token_throughput", "total_token_generated_throughput", "num_oom_events",
+           "completed"]  # columns of the printed per-rate table
 
 
 def generated_tokens(run_dir: Path) -> int:
@@ -38,7 +45,7 @@ def generated_tokens(run_dir: Path) -> int:
 
 
 def load(results: Path) -> pd.DataFrame:
-    """summary.csv plus valid / total generated-token throughput per run."""
+    """summary.csv plus valid / total generated-token throughput per run, seed means."""
     frame = pd.read_csv(results / "summary.csv")
     totals = [generated_tokens(results / "runs" / run) for run in frame["run"]]
     frame["valid_token_throughput"] = frame["output_throughput"]
@@ -48,12 +55,6 @@ def load(results: Path) -> pd.DataFrame:
 
 def plot(frame: pd.DataFrame, labels: Sequence[str], figures: Path) -> list[Path]:
     """One figure per metric against the request rate; returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figures.mkdir(parents=True, exist_ok=True)
     written = []
     panels = [(m, t, None) for m, t in METRICS] + [
         ("valid_token_throughput", "tokens/s", "total_token_generated_throughput")]
@@ -61,10 +62,9 @@ def plot(frame: pd.DataFrame, labels: Sequence[str], figures: Path) -> list[Path
         fig, ax = plt.subplots(figsize=(5.5, 3.8))
         for i, label in enumerate(labels):
             rows = frame[frame["label"] == label].sort_values("rate")
-            color = f"C{i}"
-            ax.plot(rows["rate"], rows[metric], "o-", color=color, label=label)
+            ax.plot(rows["rate"], rows[metric], "o-", color=f"C{i}", label=label)
             if dashed:
-                ax.plot(rows["rate"], rows[dashed], "x--", color=color, alpha=0.6)
+                ax.plot(rows["rate"], rows[dashed], "x--", color=f"C{i}", alpha=0.6)
         ax.set_xlabel("request rate (req/s)")
         ax.set_ylabel(title)
         if dashed:
@@ -76,10 +76,7 @@ def plot(frame: pd.DataFrame, labels: Sequence[str], figures: Path) -> list[Path
         ax.legend(fontsize=8)
         fig.tight_layout()
         name = "token_throughput" if dashed else metric.replace("_e2e_s", "_latency")
-        path = figures / f"magnus_{name}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written += save(fig, figures, f"magnus_{name}", ["png"], dpi=120)
     return written
 
 
@@ -118,36 +115,24 @@ def ratio_table(frame: pd.DataFrame, targets: Sequence[str], baselines: Sequence
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.magnus_report")
-    parser.add_argument("results", nargs="?", default="results/magnus")
-    parser.add_argument("--figures", default="docs/figures")
-    parser.add_argument("--targets", default="Magnus,Magnus-oracle",
-                        help="comma-separated labels whose changes are tabulated")
-    parser.add_argument("--baselines", default="VS,VSQ,CCB",
-                        help="comma-separated labels compared against (the first per rate)")
-    args = parser.parse_args(argv)
-    results = Path(args.results)
-    frame = load(results)
+def draw(results: list[Path], figures: Path) -> list[Path]:
+    """The four figures and the ratio table of RESULTS/magnus; ValueError when it has none of
+    the targets or baselines."""
+    frame = load(results[0])
     labels = list(dict.fromkeys(frame["label"]))
-    targets = [t for t in args.targets.split(",") if t in labels]
-    baselines = [b for b in args.baselines.split(",") if b in labels]
+    targets = [t for t in TARGETS if t in labels]
+    baselines = [b for b in BASELINES if b in labels]
     if not targets or not baselines:
-        print(f"error: {results} has none of the targets {args.targets} or baselines "
-              f"{args.baselines} (labels: {', '.join(labels)})", file=sys.stderr)
-        return 2
-    for path in plot(frame, labels, Path(args.figures)):
-        print(f"wrote {path}", file=sys.stderr)
+        raise ValueError(f"{results[0]} has none of the targets {','.join(TARGETS)} or "
+                         f"baselines {','.join(BASELINES)} (labels: {', '.join(labels)})")
+    written = plot(frame, labels, figures)
     table = ratio_table(frame, targets, baselines)
-    (results / "magnus_ratios.md").write_text(table + "\n", encoding="utf-8")
-    columns = ["label", "rate", "request_throughput", "mean_e2e_s", "p99_e2e_s",
-               "valid_token_throughput", "total_token_generated_throughput",
-               "num_oom_events", "completed"]
-    print(frame[columns].to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    (results[0] / "magnus_ratios.md").write_text(table + "\n", encoding="utf-8")
+    print(frame[PRINTED].to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     print()
     print(table)
-    return 0
+    return written + [results[0] / "magnus_ratios.md"]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+PAGE = FigurePage("magnus", "docs/magnus.md", ("experiments/configs/magnus.yaml",), draw,
+                  "Magnus vs VS, VSQ, CCB, GLP, ABP: throughput, latency, ratio table")

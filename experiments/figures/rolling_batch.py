@@ -1,18 +1,14 @@
-"""Figure and table of the DJL rolling-batch sweep (`experiments/configs/rolling_batch.yaml`,
-docs/rolling_batch.md).
-
-    python -m experiments.rolling_batch_report [RESULTS_DIR] [--figures DIR] [--rates 2,4,5,6]
+"""docs/rolling_batch.md: DJL rolling-batch options (experiments/configs/rolling_batch.yaml).
 
 Labels name the option varied: `B<n>` = max_rolling_batch_size n, `P<n>` =
 max_rolling_batch_prefill_tokens n (B256 is also P4096, vLLM's default with max_model_len 4096).
-Draws throughput, mean / p99 latency and mean TTFT against each option, one line per rate
-(FIGURES/rolling_batch.png), and prints and writes RESULTS_DIR/rolling_batch_table.md.
+Draws throughput, mean / p99 latency and mean TTFT against each option, one line per rate of
+RATES (FIGURES/rolling_batch.png); prints the table and writes it to
+RESULTS/rolling_batch/rolling_batch_table.md.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -22,9 +18,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.plot import load_summary  # noqa: E402
+from experiments.figures.page import FigurePage  # noqa: E402
+from experiments.plot import load_summary, save  # noqa: E402
 
-METRICS: tuple[tuple[str, str], ...] = (
+METRICS: tuple[tuple[str, str], ...] = (  # (summary column, axis label)
     ("request_throughput", "request throughput (req/s)"),
     ("mean_e2e_s", "mean E2E latency (s)"),
     ("p99_e2e_s", "p99 E2E latency (s)"),
@@ -32,6 +29,7 @@ METRICS: tuple[tuple[str, str], ...] = (
 )
 DEFAULT_PREFILL = 4096  # tokens: vLLM's max(max_model_len=4096, 2048), what B* entries use
 DEFAULT_BATCH = 256  # LMI's default max_rolling_batch_size for vllm
+RATES = (2.0, 4.0, 5.0, 6.0)  # req/s drawn and tabulated
 
 
 def option_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -82,29 +80,16 @@ def table(df: pd.DataFrame, rates: Sequence[float]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.rolling_batch_report")
-    ap.add_argument("results", nargs="?", type=Path, default=Path("results/rolling_batch"))
-    ap.add_argument("--figures", type=Path, default=Path("docs/figures"))
-    ap.add_argument("--rates", default="2,4,5,6", help="rates drawn and tabulated")
-    args = ap.parse_args(argv)
-    try:
-        df = load_summary(args.results)
-        rates = [float(x) for x in args.rates.split(",") if x]
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    args.figures.mkdir(parents=True, exist_ok=True)
-    fig = plot(option_rows(df), rates)
-    path = args.figures / "rolling_batch.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    print(f"wrote {path}", file=sys.stderr)
+def draw(results: list[Path], figures: Path, rates: Sequence[float] = RATES) -> list[Path]:
+    """FIGURES/rolling_batch.png and the table at `rates` (printed and written)."""
+    df = load_summary(results[0])
+    written = save(plot(option_rows(df), rates), figures, "rolling_batch", ["png"], dpi=120)
     text = table(df, rates)
-    (args.results / "rolling_batch_table.md").write_text(text + "\n", encoding="utf-8")
+    (results[0] / "rolling_batch_table.md").write_text(text + "\n", encoding="utf-8")
     print(text)
-    return 0
+    return written + [results[0] / "rolling_batch_table.md"]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+PAGE = FigurePage("rolling_batch", "docs/rolling_batch.md",
+                  ("experiments/configs/rolling_batch.yaml",), draw,
+                  "DJL rolling batch: max_rolling_batch_size and prefill tokens")

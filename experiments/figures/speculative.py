@@ -1,24 +1,21 @@
-"""Figures and a table of a speculative-decoding sweep (`experiments/configs/speculative.yaml`).
+"""docs/speculative.md: speculative decoding (experiments/configs/speculative.yaml).
 
-    python -m experiments.speculative_report [RESULTS_DIR] [--out DIR]
-
-Reads RESULTS_DIR/summary.csv and RESULTS_DIR/config.json (each label's k, acceptance rate and
-draft model), then writes to DIR:
+Reads RESULTS/speculative/summary.csv and config.json (each label's k, acceptance rate and draft
+model), then writes to FIGURES:
 - speculative_tokens_per_step.png: tokens per verify against k, measured (markers) and the
   closed form (1 - alpha^(k+1)) / (1 - alpha) (lines);
 - speculative_vs_k.png: mean TPOT (lowest and highest request rate) and output throughput (two
   highest rates) against k, one line per alpha (k = 0 is plain decoding, no draft);
 - speculative_vs_rate.png: plain / speculative mean TPOT and speculative / plain throughput
   against the request rate at a fixed k (below 1: speculation is slower);
-and RESULTS_DIR/speculative_table.md: every run's change against plain decoding at its rate, and
-the cost model's break-even acceptance rate per batch size, context and k.
+and RESULTS/speculative/speculative_table.md (also printed): every run's change against plain
+decoding at its rate, and the cost model's break-even acceptance rate per batch size, context
+and k.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -29,9 +26,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from experiments.figures.page import FigurePage  # noqa: E402
+from experiments.plot import save  # noqa: E402
 from policies.speculative import expected_tokens_per_step  # noqa: E402
 
 PLAIN = "plain"  # the label of the run without speculation
+K = 4  # draft tokens per verify of the against-rate figure
 
 
 def load(results: Path) -> pd.DataFrame:
@@ -84,7 +84,7 @@ def plot_tokens_per_step(df: pd.DataFrame, out: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    return save(fig, out / "speculative_tokens_per_step.png")
+    return save(fig, out, "speculative_tokens_per_step", ["png"])[0]
 
 
 def plot_vs_k(df: pd.DataFrame, out: Path) -> Path:
@@ -107,7 +107,7 @@ def plot_vs_k(df: pd.DataFrame, out: Path) -> Path:
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
-    return save(fig, out / "speculative_vs_k.png")
+    return save(fig, out, "speculative_vs_k", ["png"])[0]
 
 
 def plot_vs_rate(df: pd.DataFrame, out: Path, k: int) -> Path:
@@ -133,14 +133,7 @@ def plot_vs_rate(df: pd.DataFrame, out: Path, k: int) -> Path:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    return save(fig, out / "speculative_vs_rate.png")
-
-
-def save(fig: plt.Figure, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return save(fig, out, "speculative_vs_rate", ["png"])[0]
 
 
 def table(df: pd.DataFrame) -> str:
@@ -196,32 +189,25 @@ def breakeven_table(cluster: dict, draft: str, contexts: Sequence[int] = (200, 1
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.speculative_report")
-    parser.add_argument("results", nargs="?", default="results/speculative")
-    parser.add_argument("--out", default="docs/figures", help="folder for the figures")
-    parser.add_argument("--k", type=int, default=4, help="k of the against-rate figure")
-    args = parser.parse_args(argv)
-    results, out = Path(args.results), Path(args.out)
-    if not (results / "summary.csv").is_file() or not (results / "config.json").is_file():
-        print(f"error: no summary.csv / config.json in {results}; run "
-              f"python -m experiments.run experiments/configs/speculative.yaml first",
-              file=sys.stderr)
-        return 2
-    df = load(results)
+def draw(results: list[Path], figures: Path, k: int = K) -> list[Path]:
+    """The three figures and the table of RESULTS/speculative (FileNotFoundError without its
+    summary.csv / config.json, ValueError without a run labelled PLAIN)."""
+    results_dir = results[0]
+    for name in ("summary.csv", "config.json"):
+        if not (results_dir / name).is_file():
+            raise FileNotFoundError(f"no {name} in {results_dir} (run a sweep into it first)")
+    df = load(results_dir)
     if PLAIN not in set(df["label"]):
-        print(f"error: {results} has no run labelled {PLAIN!r}", file=sys.stderr)
-        return 2
-    for path in (plot_tokens_per_step(df, out), plot_vs_k(df, out),
-                 plot_vs_rate(df, out, args.k)):
-        print(f"wrote {path}", file=sys.stderr)
-    config = json.loads((results / "config.json").read_text(encoding="utf-8"))
+        raise ValueError(f"{results_dir} has no run labelled {PLAIN!r}")
+    written = [plot_tokens_per_step(df, figures), plot_vs_k(df, figures),
+               plot_vs_rate(df, figures, k)]
+    config = json.loads((results_dir / "config.json").read_text(encoding="utf-8"))
     main_draft = curves(df)[0][0]
     text = table(df) + "\n\n" + breakeven_table(config["cluster"], main_draft)
-    (results / "speculative_table.md").write_text(text + "\n", encoding="utf-8")
+    (results_dir / "speculative_table.md").write_text(text + "\n", encoding="utf-8")
     print(text)
-    return 0
+    return written + [results_dir / "speculative_table.md"]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+PAGE = FigurePage("speculative", "docs/speculative.md", ("experiments/configs/speculative.yaml",),
+                  draw, "speculative decoding: tokens per verify, TPOT and throughput vs k, rate")

@@ -1,6 +1,4 @@
-"""Figures and tables of docs/prefix_cache.md, from the five prefix_* sweeps.
-
-    python -m experiments.prefix_report [--results results] [--out docs/figures]
+"""docs/prefix_cache.md: prefix KV reuse, from the five prefix_* sweeps.
 
 Reads RESULTS/<sweep>/summary.csv (and each run's instances.parquet for the KV capacity) of the
 sweeps experiments/configs/prefix_{mooncake,sessions,affinity,mooncake_pressure,
@@ -10,10 +8,8 @@ prefix_sessions.png, prefix_affinity.png and prefix_pressure.png, and prints the
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
@@ -21,9 +17,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from experiments.figures.page import FigurePage  # noqa: E402
 from experiments.plot import load_summary, plot_against_rate, save  # noqa: E402
 
-METRICS: tuple[tuple[str, str, float], ...] = (
+METRICS: tuple[tuple[str, str, float], ...] = (  # (summary column, axis label, scale)
     ("prefix_hit_rate", "prefix hit rate (cached / prompt tokens)", 1.0),
     ("mean_ttft_s", "mean TTFT (s)", 1.0),
     ("p99_ttft_s", "p99 TTFT (s)", 1.0),
@@ -75,35 +72,32 @@ def plot_pressure(frames: dict[str, pd.DataFrame]) -> plt.Figure:
     return fig
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Draw the prefix-caching figures.")
-    ap.add_argument("--results", type=Path, default=Path("results"))
-    ap.add_argument("--out", type=Path, default=Path("docs/figures"))
-    ap.add_argument("--formats", default="png")
-    args = ap.parse_args(argv)
-    formats = [f for f in args.formats.split(",") if f]
+def draw(results: list[Path], figures: Path) -> list[Path]:
+    """A figure per rate sweep, one for the pressure sweeps; sweeps not run are skipped."""
+    found = {folder.name: folder for folder in results if (folder / "summary.csv").is_file()}
+    for folder in results:
+        if folder.name not in found:
+            print(f"skipped {folder.name}: not run", file=sys.stderr)
     pd.set_option("display.width", 160)
     written: list[Path] = []
     for sweep, (stem, title) in RATE_SWEEPS.items():
-        if not (args.results / sweep / "summary.csv").is_file():
-            print(f"skipped {sweep}: not run", file=sys.stderr)
-            continue
-        df = load_summary(args.results / sweep)
-        print(f"\n{sweep}\n{df[TABLE].round(3).to_string(index=False)}")
-        written += save(plot_against_rate(df, METRICS, title), args.out, stem, formats)
+        if sweep in found:
+            df = load_summary(found[sweep])
+            print(f"\n{sweep}\n{df[TABLE].round(3).to_string(index=False)}")
+            written += save(plot_against_rate(df, METRICS, title), figures, stem, ["png"])
     frames = {}
     for sweep, title in PRESSURE_SWEEPS.items():
-        if (args.results / sweep / "summary.csv").is_file():
-            df = with_capacity(args.results / sweep, load_summary(args.results / sweep))
+        if sweep in found:
+            df = with_capacity(found[sweep], load_summary(found[sweep]))
             table = df[["kv_capacity_tokens", *TABLE]].round(3).to_string(index=False)
             print(f"\n{sweep}\n{table}")
             frames[title] = df
     if frames:
-        written += save(plot_pressure(frames), args.out, "prefix_pressure", formats)
-    for p in written:
-        print(p)
-    return 0
+        written += save(plot_pressure(frames), figures, "prefix_pressure", ["png"])
+    return written
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+PAGE = FigurePage(
+    "prefix_cache", "docs/prefix_cache.md",
+    tuple(f"experiments/configs/{sweep}.yaml" for sweep in (*RATE_SWEEPS, *PRESSURE_SWEEPS)),
+    draw, "prefix KV reuse: hit rate and TTFT against rate and KV capacity")
