@@ -1,6 +1,7 @@
 """Continuous batching over a paged KV cache: what `vllm` and `sarathi` share.
 
-Each instance keeps a `BlockManager` (vLLM's paged KV cache), a waiting queue and a running list
+Each instance keeps a paged KV cache (`sim/block_counter.py`: block counts, or vLLM's block
+tables when prefix caching needs block identity), a waiting queue and a running list
 in admission order. Arrivals are routed to one instance (`policies/routing.py`). Admission gives a
 request blocks for all its known tokens (vLLM v0 allocates the whole prompt, even when it is
 prefilled in chunks); a decode grows its request by one slot per iteration, on demand. When a
@@ -29,10 +30,11 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
-from sim.block_manager import BlockManager
+from sim.block_counter import KVBlocks, make_block_manager
 from sim.errors import ConfigError, check_positive
 from sim.executor import Step, StepResult
 from sim.request import Request, emit_batch
@@ -73,7 +75,7 @@ class PagedConfig(PolicyConfig):
 class PagedInstance:
     """One instance's queues and KV cache."""
 
-    blocks: BlockManager  # the instance's paged KV cache
+    blocks: KVBlocks  # the instance's paged KV cache (counts only, without prefix caching)
     waiting: deque[Request] = field(default_factory=deque)  # routed here; preempted at the head
     running: list[Request] = field(default_factory=list)  # admitted, in admission order
     in_flight: list[Request] = field(default_factory=list)  # the running step's requests
@@ -93,7 +95,8 @@ class PagedPolicy(Policy):
                 raise ConfigError("block_size", bs, f"larger than instance {info.instance_id}'s "
                                   f"KV capacity of {info.kv_capacity_tokens} tokens")
         caching = self.config.enable_prefix_caching
-        self.state = [PagedInstance(BlockManager(info.kv_capacity_tokens // bs, bs, wm, caching))
+        self.state = [PagedInstance(make_block_manager(info.kv_capacity_tokens // bs, bs, wm,
+                                                       caching))
                       for info in self.instances]
         self.prefix = PrefixCaching(bs) if caching else None  # prefix KV reuse, when enabled
         self.router = build_router(self.config.router, len(self.instances))
@@ -115,10 +118,18 @@ class PagedPolicy(Policy):
                                 f"instance has")
             return False
         loads = [InstanceLoad(i, self.state[i].waiting, self.state[i].running,
-                              self.num_reserved_kv_tokens(i), self.instances[i].kv_capacity_tokens)
-                 for i in fits]
+                              self.num_reserved_kv_tokens(i), self.instances[i].kv_capacity_tokens,
+                              self.cached_tokens_on(i)) for i in fits]
         self.state[self.router.route(request, loads)].waiting.append(request)
         return True
+
+    def cached_tokens_on(self, i: int) -> Callable[[Request], int] | None:
+        """Tokens of a request's prompt instance `i` holds in its prefix cache (for routers),
+        or None without prefix caching."""
+        if self.prefix is None:
+            return None
+        prefix, blocks = self.prefix, self.state[i].blocks
+        return lambda r: len(prefix.lookup(blocks, r)) * blocks.block_size
 
     # ---- admission, growth, preemption ----------------------------------------------------
     def can_admit(self, s: PagedInstance) -> bool:
@@ -193,6 +204,8 @@ class PagedPolicy(Policy):
         slack = -held % bs  # free slots in each request's last block
         free = s.blocks.num_free_blocks
         lo, hi = 0, most - 1  # extra iterations: lo always fits
+        if int((-(-np.maximum(hi - slack, 0) // bs)).sum()) <= free:
+            lo = hi  # the common case: every remaining output fits
         while lo < hi:
             mid = (lo + hi + 1) // 2
             blocks = -(-np.maximum(mid - slack, 0) // bs)
@@ -314,8 +327,7 @@ class PagedPolicy(Policy):
             done += emit_batch(sampling, now - result.duration_s, result.iteration_ends_s,
                                self.recorder.gaps)
         if m > 1:
-            for r in batch:
-                s.blocks.append(r.request_id, m - 1)
+            s.blocks.append_all([r.request_id for r in batch], m - 1)
         s.num_pending_blocks = 0
         if self.prefix is not None:
             self.prefix.register(s.blocks, batch)

@@ -9,6 +9,10 @@ cache can ever hold the request) and names the instance to queue it on:
   running request): queued prefill work and KV held, in tokens.
 - `least_kv`: lowest KV load as a fraction of the instance's capacity, counting the prompts still
   waiting; the fair choice when instances differ in memory (heterogeneous GPUs).
+- `cache_aware`: the instance scoring highest on PREFIX_WEIGHT x (fraction of the request's
+  prompt already cached there) + LOAD_WEIGHT x (1 - its outstanding requests / the busiest
+  candidate's + 1), as llm-d's prefix-cache and load scorers and SGLang's cache-aware router
+  weigh them; instances without prefix caching score on load alone.
 - `session_affinity`: consistent hashing of the request's `session_id` onto a ring of virtual
   nodes, so every turn of a conversation lands where its KV cache is (RTP-LLM); adding an
   instance moves only the sessions the new instance takes over. Requests without a session id,
@@ -34,15 +38,19 @@ class InstanceLoad:
     Token counts are summed over the queues only when a router asks for them.
     """
 
-    __slots__ = ("instance_id", "waiting", "running", "reserved_kv_tokens", "kv_capacity_tokens")
+    __slots__ = ("instance_id", "waiting", "running", "reserved_kv_tokens", "kv_capacity_tokens",
+                 "cached_tokens")
 
     def __init__(self, instance_id: int, waiting: Sequence[Request], running: Sequence[Request],
-                 reserved_kv_tokens: int, kv_capacity_tokens: int) -> None:
+                 reserved_kv_tokens: int, kv_capacity_tokens: int,
+                 cached_tokens: Callable[[Request], int] | None = None) -> None:
         self.instance_id = instance_id  # index of the instance in the cluster
         self.waiting = waiting  # requests routed there and not admitted yet
         self.running = running  # requests holding KV there
         self.reserved_kv_tokens = reserved_kv_tokens  # tokens of KV reserved or allocated
         self.kv_capacity_tokens = kv_capacity_tokens  # tokens
+        # tokens of a request's prompt the instance holds in its prefix cache (None: no cache)
+        self.cached_tokens = cached_tokens
 
     @property
     def num_requests(self) -> int:
@@ -78,6 +86,24 @@ def _least(key: Callable[[InstanceLoad], float]) -> type:
 LeastRequests = _least(lambda c: c.num_requests)
 LeastTokens = _least(lambda c: c.num_tokens)
 LeastKV = _least(lambda c: c.kv_load)
+
+
+class CacheAware:
+    """Longest cached prefix, weighed against load (module docstring)."""
+
+    PREFIX_WEIGHT = 2.0  # weight of the cached fraction of the prompt (llm-d's default ratio)
+    LOAD_WEIGHT = 1.0  # weight of the instance's spare share of outstanding requests
+
+    def route(self, request: Request, candidates: Sequence[InstanceLoad]) -> int:
+        busiest = max(c.num_requests for c in candidates) + 1
+        prompt = max(request.num_prompt_tokens, 1)
+
+        def score(c: InstanceLoad) -> float:
+            cached = c.cached_tokens(request) if c.cached_tokens is not None else 0
+            return (self.PREFIX_WEIGHT * min(cached, prompt) / prompt
+                    + self.LOAD_WEIGHT * (1.0 - c.num_requests / busiest))
+
+        return max(candidates, key=lambda c: (score(c), -c.instance_id)).instance_id
 
 
 class RoundRobin:
@@ -167,6 +193,7 @@ ROUTERS: dict[str, Callable[[int], Router]] = {
     "least_tokens": lambda n: LeastTokens(),
     "least_kv": lambda n: LeastKV(),
     "session_affinity": lambda n: SessionAffinity(n),
+    "cache_aware": lambda n: CacheAware(),
 }
 
 

@@ -12,7 +12,8 @@ freed cached block (dropping its key). A new request's leading keys are looked u
 (`find_cached_prefix`): the longest run of cached blocks is shared (`allocate(..., keys=...)`),
 reference counts go up and the blocks leave the LRU. Requests free their blocks tail first, so a
 prompt's last blocks are evicted before its first ones. Without caching nothing is ever keyed and
-the manager behaves exactly as a plain free list.
+the manager behaves exactly as a plain free list; the simulator then counts blocks instead
+(`sim/block_counter.py`), and keeps tables only for callers that need block ids (`real/`).
 """
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ class BlockManager:
 
     def num_tokens(self, request_id: int) -> int:
         return self._tokens.get(request_id, 0)
+
+    def num_blocks(self, request_id: int) -> int:
+        """Blocks `request_id` holds (0 when none)."""
+        return len(self._tables.get(request_id, ()))
 
     def block_table(self, request_id: int) -> list[int]:
         return list(self._tables.get(request_id, ()))
@@ -171,6 +176,11 @@ class BlockManager:
         self._tables[request_id].extend(new)
         self._tokens[request_id] += num_new_tokens
         return new
+
+    def append_all(self, request_ids: Sequence[int], num_new_tokens: int) -> None:
+        """`append(r, num_new_tokens)` for every id in `request_ids`, in order."""
+        for rid in request_ids:
+            self.append(rid, num_new_tokens)
 
     def free(self, request_id: int) -> int:
         """Release a request's blocks (finished or preempted), tail first; returns how many

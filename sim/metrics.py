@@ -79,13 +79,14 @@ def _weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> f
 
 def _weighted_percentiles(values: np.ndarray, weights: np.ndarray,
                           qs: Sequence[float]) -> list[float]:
-    """_weighted_percentile for each of `qs`, sorting once."""
+    """_weighted_percentile for each of `qs`, sorting once (values are read through the sort
+    order, not copied sorted: memory is what millions of gaps need)."""
     if len(values) == 0 or weights.sum() == 0:
         return [float("nan")] * len(qs)
     order = np.argsort(values, kind="stable")
-    v, cw = values[order], np.cumsum(weights[order])
+    cw = np.cumsum(weights[order])
     idx = np.searchsorted(cw, np.asarray(qs, dtype=np.float64) / 100.0 * cw[-1], side="left")
-    return [float(v[min(int(i), len(v) - 1)]) for i in idx]
+    return [float(values[order[min(int(i), len(values) - 1)]]) for i in idx]
 
 
 def weighted_std(values: np.ndarray, weights: np.ndarray) -> float:
@@ -93,7 +94,9 @@ def weighted_std(values: np.ndarray, weights: np.ndarray) -> float:
     if len(values) == 0 or weights.sum() == 0:
         return float("nan")
     mean = np.average(values, weights=weights)
-    return float(np.sqrt(np.average((values - mean) ** 2, weights=weights)))
+    squares = values - mean
+    np.square(squares, out=squares)  # in place: one temporary array, not two
+    return float(np.sqrt(np.average(squares, weights=weights)))
 
 
 def _describe(prefix: str, series: pd.Series, out: dict[str, float]) -> None:
@@ -111,8 +114,7 @@ def summarize(records: pd.DataFrame, recorder: Recorder,
     done = records[records["status"] == "finished"]
     end = np.nanmax(records["finish_s"].to_numpy()) if len(records) else 0.0
     duration = float(end - records["arrival_s"].min()) if len(records) else 0.0
-    steps = recorder.steps
-    computed = int(sum(steps["num_computed_tokens"]))
+    computed = column_sum(recorder.step_log.column("num_computed_tokens"))
     useful_prompt = int(done["prompt_tokens"].sum())
     useful_output = int(done["output_tokens"].sum())
     out: dict[str, float] = {
@@ -145,6 +147,13 @@ def summarize(records: pd.DataFrame, recorder: Recorder,
     out["prefix_hit_rate"] = prefix_hit_rate(records)
     out.update(reason_counts(records))
     return out
+
+
+def column_sum(values: np.ndarray | list) -> int:
+    """The exact sum of a step column of token counts."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iub":
+        return int(values.sum(dtype=np.int64))
+    return int(sum(values.tolist() if isinstance(values, np.ndarray) else values))
 
 
 def reason_counts(records: pd.DataFrame) -> dict[str, int]:

@@ -20,33 +20,105 @@ STEP_COLUMNS = ("instance_id", "start_s", "duration_s", "num_iterations", "num_s
 # next_step + update for the step (time.perf_counter; not deterministic)
 
 
+FOLD = 4096  # pending adds (or scalar gaps) folded into flat arrays at a time
+
+
 class GapLog:
-    """Weighted samples of inter-token latency (seconds)."""
+    """Weighted samples of inter-token latency (seconds).
+
+    Adds are folded, every FOLD of them, into one float64 array of values and a run-length
+    encoding of their weights (a decode jump's gaps share one weight), so memory is about 8 bytes
+    per gap however many steps there are; `arrays` returns exactly what keeping every add would."""
 
     def __init__(self) -> None:
-        self._values: list[np.ndarray] = []
+        self._values: list[np.ndarray] = []  # pending gaps, not yet folded
         self._weights: list[int | np.ndarray] = []  # an int applies to every value of its chunk
         self._scalars: list[float] = []  # single gaps of weight 1, batched for speed
+        self._flat: list[np.ndarray] = []  # folded gaps, float64, in add order
+        self._run_weights: list[np.ndarray] = []  # folded weights as runs: weight of each run
+        self._run_lengths: list[np.ndarray] = []  # folded weights as runs: values in each run
+        self._flat_scalars: list[np.ndarray] = []  # folded single gaps, float64
 
     def add(self, gaps: np.ndarray | float, weight: int | np.ndarray = 1) -> None:
         """Record gaps; `weight` is the number of tokens that saw each gap."""
         if isinstance(gaps, float):
             if weight == 1:
                 self._scalars.append(gaps)
+                if len(self._scalars) >= FOLD:
+                    self._flat_scalars.append(np.asarray(self._scalars, dtype=np.float64))
+                    self._scalars = []
                 return
             gaps = np.array((gaps,))
         self._values.append(gaps)
         self._weights.append(weight)
+        if len(self._values) >= FOLD:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Move the pending adds into the flat arrays."""
+        values, weights = self._pending()
+        self._values, self._weights = [], []
+        run_weights, run_lengths = runs(weights)
+        self._flat.append(values)
+        self._run_weights.append(run_weights)
+        self._run_lengths.append(run_lengths)
+
+    def _pending(self) -> tuple[np.ndarray, np.ndarray]:
+        """The pending adds' gaps (float64) and weights (int64), one value each."""
+        values = [np.asarray(v, dtype=np.float64).ravel() for v in self._values]
+        weights = [np.broadcast_to(np.asarray(w, dtype=np.int64), np.shape(v)).ravel()
+                   for v, w in zip(self._values, self._weights)]
+        return (np.concatenate(values) if values else np.empty(0, dtype=np.float64),
+                np.concatenate(weights) if weights else np.empty(0, dtype=np.int64))
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """All gaps and their weights."""
-        values = self._values + [np.asarray(self._scalars, dtype=np.float64)]
-        weights = [np.broadcast_to(np.asarray(w, dtype=np.int64), np.shape(v))
-                   for v, w in zip(self._values, self._weights)]
-        weights.append(np.ones(len(self._scalars), dtype=np.int64))
-        return (np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in values]),
-                np.concatenate([w.ravel() for w in weights]))
+        """All gaps and their weights: chunks in add order, then single gaps in add order."""
+        pending_values, pending_weights = self._pending()
+        scalars = self._flat_scalars + [np.asarray(self._scalars, dtype=np.float64)]
+        values = np.concatenate(self._flat + [pending_values] + scalars)
+        pending_runs = runs(pending_weights)
+        num_scalars = np.array([sum(len(a) for a in scalars)], dtype=np.int64)
+        run_weights = np.concatenate(self._run_weights + [pending_runs[0], np.ones(1, np.int64)])
+        run_lengths = np.concatenate(self._run_lengths + [pending_runs[1], num_scalars])
+        return values, np.repeat(run_weights.astype(np.int64), run_lengths)
 
+
+def runs(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Run-length encoding of `weights`: the weight of each run of equal ones, and its length."""
+    starts = np.flatnonzero(np.diff(weights)) + 1  # where a new run begins
+    starts = np.concatenate(([0], starts)) if len(weights) else starts
+    return weights[starts], np.diff(np.append(starts, len(weights))).astype(np.int64)
+
+
+class StepLog:
+    """Step rows kept as columns: Python lists for the latest FOLD rows, numpy arrays before
+    (each column's dtype inferred by numpy as pandas would infer it from the list)."""
+
+    def __init__(self) -> None:
+        self._lists: dict[str, list] = {c: [] for c in STEP_COLUMNS}  # latest rows
+        self._arrays: dict[str, list[np.ndarray]] = {c: [] for c in STEP_COLUMNS}  # folded
+        self.num_rows = 0  # rows recorded
+
+    def append(self, row: tuple) -> None:
+        """One step's values, in STEP_COLUMNS order."""
+        lists = self._lists
+        for column, value in zip(STEP_COLUMNS, row):
+            lists[column].append(value)
+        self.num_rows += 1
+        if len(lists["start_s"]) >= FOLD:
+            for column in STEP_COLUMNS:
+                self._arrays[column].append(np.asarray(lists[column]))
+                lists[column] = []
+
+    def column(self, name: str) -> np.ndarray | list:
+        """Every value of column `name`, in row order (a list while nothing is folded)."""
+        if not self._arrays[name]:
+            return self._lists[name]
+        tail = [np.asarray(self._lists[name])] if self._lists[name] else []
+        return np.concatenate(self._arrays[name] + tail)
+
+    def as_dict(self) -> dict[str, np.ndarray | list]:
+        return {c: self.column(c) for c in STEP_COLUMNS}
 
 
 @dataclass
@@ -54,7 +126,7 @@ class Recorder:
     """Per-simulation log shared by the engine (steps) and policies (gaps, events)."""
 
     gaps: GapLog = field(default_factory=GapLog)  # inter-token latencies
-    steps: dict[str, list] = field(default_factory=lambda: {c: [] for c in STEP_COLUMNS})
+    step_log: StepLog = field(default_factory=StepLog)  # one row per step (STEP_COLUMNS)
     num_oom_events: int = 0  # steps that ran out of KV memory
     events: list[tuple[float, str, int, str]] = field(default_factory=list)  # (t, kind, id, info)
 
@@ -67,14 +139,18 @@ class Recorder:
         row = (instance_id, start_s, duration_s, num_iterations, num_seqs, num_new_tokens,
                num_context_tokens, num_computed_tokens, kv_tokens, reserved_kv_tokens, oom,
                sched_s, sched_gap_s, policy_host_s)
-        for column, value in zip(STEP_COLUMNS, row):
-            self.steps[column].append(value)
+        self.step_log.append(row)
         if oom:
             self.num_oom_events += 1
 
     def event(self, now: float, kind: str, request_id: int = -1, info: str = "") -> None:
         """Record a notable scheduler event (preemption, OOM split, retraining...)."""
         self.events.append((now, kind, request_id, info))
+
+    @property
+    def steps(self) -> dict[str, np.ndarray | list]:
+        """Every step column, in row order (STEP_COLUMNS)."""
+        return self.step_log.as_dict()
 
     def steps_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.steps, columns=list(STEP_COLUMNS))

@@ -139,3 +139,24 @@ def test_unknown_router_names_the_field():
         check_router("nearest")
     with pytest.raises(ConfigError):
         HashRing(range(2), num_vnodes=0)
+
+
+def test_cache_aware_weighs_the_cached_prefix_against_load_by_hand():
+    r = build_router("cache_aware", 3)
+    new = req(7, prompt=100)
+    hits = {0: 0, 1: 80, 2: 100}  # tokens of the prompt each instance has cached
+
+    def cached(i: int):
+        return lambda request: hits[i] if request is new else 0
+
+    def loads(waiting_1: int) -> list[InstanceLoad]:
+        return [InstanceLoad(i, [req(10 + k) for k in range(n)], [], 0, 1000, cached(i))
+                for i, n in enumerate((0, waiting_1, 4))]
+
+    # scores: 0 -> 2*0 + (1 - 0/5) = 1.0; 1 -> 2*0.8 + (1 - 1/5) = 2.4; 2 -> 2*1 + (1 - 4/5) = 2.2
+    assert r.route(new, loads(1)) == 1
+    # instance 1 busier (4 waiting, busiest 4 -> /5): 1.6 + 0.2 = 1.8 < instance 2's 2.2
+    assert r.route(new, loads(4)) == 2
+    # no prefix cache anywhere: load alone, ties to the lowest id
+    plain = [InstanceLoad(i, [], [], 0, 1000) for i in range(3)]
+    assert r.route(new, plain) == 0
