@@ -46,7 +46,7 @@ FOLLOWS: dict[str, str] = {
     "vllm": "today's vLLM V1 scheduler: one token budget per step, chunked prefill, prefix "
                "caching (vLLM >= 0.8; main at 00024d31)",
     "sarathi": "chunked prefills, stall-free batching (Sarathi-Serve, OSDI 2024; budget 512)",
-    "djl": "DJL Serving LMI rolling batch, its option names (runs as vllm / sarathi / orca)",
+    "djl": "DJL Serving LMI rolling batch, its option names (runs as vllm_v0 / sarathi / orca)",
     "lacb": "length-aware continuous batching on predicted lengths (the direction Magnus leaves "
             "open; docs/length_aware.md)",
     "glp": "Magnus ablation: length prediction + WMA batching, fixed batch size (ICWS 2024)",
