@@ -41,6 +41,9 @@ class ClusterSpec:
     draft_model: str | None = None  # speculative-decoding draft (name or config path); sim only
     scheduling_overhead: Mapping[str, Any] = field(default_factory=dict)  # sim.overhead fields
     max_model_len: int | None = None  # tokens a sequence may reach (None: the model's context)
+    expert_parallel: int = 1  # of an instance's tensor_parallel GPUs, how many the experts of an
+    # MoE model are spread over (1: every expert split over all of them; docs/moe.md)
+    expert_zipf: float = 0.0  # Zipf exponent of MoE expert popularity (0: uniform routing)
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -52,6 +55,8 @@ class ClusterSpec:
         object.__setattr__(self, "instances", groups)
         object.__setattr__(self, "num_instances", total)
         check_positive("cluster.tensor_parallel", self.tensor_parallel)
+        check_positive("cluster.expert_parallel", self.expert_parallel)
+        check_positive("cluster.expert_zipf", self.expert_zipf, allow_zero=True)
         check_fraction("cluster.gpu_memory_utilization", self.gpu_memory_utilization)
         if self.backend not in BACKENDS:
             raise ConfigError("cluster.backend", self.backend, f"one of {', '.join(BACKENDS)}")
@@ -98,7 +103,9 @@ def build_executors(spec: ClusterSpec,
     deployment = DeploymentSpec(model=resolve_model(spec.model), gpu=resolve_gpu(spec.gpu),
                                 tensor_parallel=spec.tensor_parallel,
                                 weight_dtype=spec.weight_dtype, kv_dtype=spec.kv_dtype,
-                                gpu_memory_utilization=spec.gpu_memory_utilization)
+                                gpu_memory_utilization=spec.gpu_memory_utilization,
+                                expert_parallel=spec.expert_parallel,
+                                expert_zipf=spec.expert_zipf)
     draft = build_draft(deployment, spec.draft_model, spec.cost_model)  # None without one
     executor = CostModelExecutor(build_cost_model(deployment, spec.cost_model), draft)
     return [executor] * spec.num_instances

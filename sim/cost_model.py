@@ -10,6 +10,9 @@ bytes / (bandwidth * memory_eff)):
   attention  4 * head_dim FLOPs per (query, key) pair per head; reads the KV of every context
              token, writes the KV of every new token;
   allreduce  with tensor parallelism, 2 ring all-reduces of the hidden states per layer;
+  MoE        routed experts: 2 FLOPs per expert weight per token-expert row, weights of the
+             expected distinct experts the batch touches read once (sim/moe_cost.py); with
+             expert parallelism a dispatch and a combine all-to-all per MoE layer;
   overhead   a fixed per-iteration cost plus a per-sequence cost (scheduling, sampling, launch).
 Efficiencies and overheads live in `CostModelConfig` and can be calibrated on real profiles.
 """
@@ -26,6 +29,7 @@ import numpy as np
 from sim.errors import ConfigError, check_fraction, check_positive
 from sim.hardware import GPUSpec, check_weight_dtype_fits, dense_peak_flops
 from sim.models import ModelSpec
+from sim.moe_cost import RooflineMoE, check_expert_parallel
 
 GIB = 2**30  # bytes per GiB
 QUANT_GROUP_SIZE = 128  # weights sharing one fp16 scale in int8/int4 weight-only quantization
@@ -105,6 +109,8 @@ class DeploymentSpec:
     kv_dtype: str = "fp16"  # fp16, bf16, fp8 or int8
     gpu_memory_utilization: float = 0.9  # fraction of each GPU's memory the instance may use
     activation_reserve_bytes: int | None = None  # bytes per GPU; None: default_activation_reserve
+    expert_parallel: int = 1  # GPUs of the group the experts are spread over (sim/moe_cost.py)
+    expert_zipf: float = 0.0  # Zipf exponent of expert popularity (0: uniform routing)
 
     def __post_init__(self) -> None:
         tp, model = self.tensor_parallel, self.model
@@ -116,6 +122,7 @@ class DeploymentSpec:
         if model.num_kv_heads % tp and tp % model.num_kv_heads:
             raise ConfigError("tensor_parallel", tp, f"must divide or be a multiple of "
                               f"{model.name}'s num_kv_heads={model.num_kv_heads}")
+        check_expert_parallel(model, tp, self.expert_parallel, self.expert_zipf)
         weight_dtype_bytes(self.weight_dtype)
         check_weight_dtype_fits(self.gpu, self.weight_dtype)
         kv_dtype_bytes(self.kv_dtype)
@@ -142,12 +149,14 @@ class DeploymentSpec:
         """Human label, e.g. "llama-2-7b fp16 on A100-80GB x1"."""
         kv = "" if self.kv_dtype in ("fp16", "bf16") else f" kv-{self.kv_dtype}"
         tp = self.tensor_parallel
-        return f"{self.model.name} {self.weight_dtype}{kv} on {self.gpu.name} x{tp}"
+        ep = f" ep{self.expert_parallel}" if self.expert_parallel > 1 else ""
+        return f"{self.model.name} {self.weight_dtype}{kv} on {self.gpu.name} x{tp}{ep}"
 
     @property
     def num_quantized_params(self) -> int:
-        """Weights stored in `weight_dtype`: the layers' linear layers (all GPUs together)."""
-        return self.model.num_layers * self.model.num_dense_params_per_layer
+        """Weights stored in `weight_dtype`: the layers' linear layers, every expert included
+        (all GPUs together)."""
+        return self.model.num_layer_params
 
     @property
     def weight_bytes(self) -> float:
@@ -168,8 +177,11 @@ class DeploymentSpec:
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
-        """Bytes of K and V one cached token takes on each GPU."""
+        """Bytes of K and V one cached token takes on each GPU (MLA: the whole latent, on
+        every GPU of the group)."""
         m = self.model
+        if m.mla is not None:
+            return m.kv_bytes_per_token(kv_dtype_bytes(self.kv_dtype))
         return 2 * m.num_layers * self.kv_heads_per_gpu * m.head_dim * kv_dtype_bytes(self.kv_dtype)
 
     @property
@@ -203,7 +215,7 @@ class RooflineCostModel:
 
     __slots__ = ("deployment", "config", "_inv_c", "_inv_cd", "_inv_m", "_dense_fpt", "_lm_fps",
                  "_layer_bytes", "_lm_bytes", "_act_bpt", "_dequant_s", "_attn_fpp", "_kv_bpt",
-                 "_ar_fixed_s", "_ar_bpt", "_ar_spt", "_step_s", "_seq_s")
+                 "_ar_fixed_s", "_ar_bpt", "_ar_spt", "_step_s", "_seq_s", "_moe")
 
     def __init__(self, deployment: DeploymentSpec, config: CostModelConfig = CostModelConfig()):
         self.deployment = deployment  # the instance modelled
@@ -225,6 +237,9 @@ class RooflineCostModel:
         self._attn_fpp = 4.0 * m.num_layers * (m.num_attention_heads // tp) * m.head_dim  # FLOPs
         self._kv_bpt = deployment.kv_bytes_per_token_per_gpu  # bytes per token
         num_ar = 2 * m.num_layers if tp > 1 else 0  # all-reduces per iteration
+        self._moe: RooflineMoE | None = None  # the routed experts' terms of an MoE model
+        if m.moe is not None or m.mla is not None:
+            num_ar -= self._init_moe(deployment, config)
         self._ar_fixed_s = num_ar * gpu.interconnect_latency_s  # seconds
         self._ar_bpt = num_ar * m.hidden_size * ACT_DTYPE_BYTES * 2 * (tp - 1) / tp  # bytes/token
         self._ar_spt = self._ar_bpt / (gpu.interconnect_bandwidth
@@ -232,9 +247,28 @@ class RooflineCostModel:
         self._step_s = config.step_overhead_s  # seconds
         self._seq_s = config.per_seq_overhead_s  # seconds per sequence
 
+    def _init_moe(self, deployment: DeploymentSpec, config: CostModelConfig) -> int:
+        """Fold the MoE and MLA terms; the all-reduces per iteration the all-to-alls replace."""
+        m, tp = deployment.model, deployment.tensor_parallel
+        if m.mla is not None:  # attention FLOPs per pair with per-head materialized K and V
+            self._attn_fpp = (float(m.num_layers * (m.num_attention_heads // tp))
+                              * m.mla.flops_per_pair_per_head())
+        if m.moe is None:
+            return 0
+        wb = weight_dtype_bytes(deployment.weight_dtype)
+        moe = self._moe = RooflineMoE(m, deployment.gpu, tp, deployment.expert_parallel,
+                                      deployment.expert_zipf, wb, config.interconnect_efficiency)
+        self._dense_fpt = 2.0 * moe.rest_params  # FLOPs per token outside the routed experts
+        self._layer_bytes = moe.rest_params * wb  # bytes read every iteration
+        return moe.replaced_allreduces
+
     def _dense_work(self, num_tokens: int, num_sampled: int) -> tuple[float, float]:
         flops = self._dense_fpt * num_tokens + self._lm_fps * num_sampled
         weights = self._layer_bytes + (self._lm_bytes if num_sampled else 0.0)
+        if self._moe is not None:  # routed experts: rows computed, distinct experts read
+            e_flops, e_bytes = self._moe.work(num_tokens)
+            flops += e_flops
+            weights += e_bytes
         return flops, weights + self._act_bpt * num_tokens
 
     def _first_time(self, num_tokens: int, sum_context: int, pairs: float, num_seqs: int,
@@ -248,6 +282,8 @@ class RooflineCostModel:
         kv_bytes = self._kv_bpt * (sum_context + num_tokens)
         attn = max(self._attn_fpp * pairs * inv_c, kv_bytes * inv_m)
         ar = self._ar_fixed_s + self._ar_spt * num_tokens
+        if self._moe is not None:
+            ar += self._moe.a2a_s(num_tokens)
         return dense + self._dequant_s + attn + ar + self._step_s + self._seq_s * num_seqs
 
     def iteration_times_from_sums(self, num_tokens: int, sum_context: int, sum_new_x_context: int,
@@ -265,6 +301,8 @@ class RooflineCostModel:
         attn = np.maximum(self._attn_fpp * (ctx + b) * self._inv_c,
                           self._kv_bpt * (ctx + b) * self._inv_m)
         rest = dense + self._dequant_s + attn + (self._ar_fixed_s + self._ar_spt * b)
+        if self._moe is not None:
+            rest += self._moe.a2a_s(b)
         rest += self._step_s
         rest += self._seq_s * b
         out = np.empty(num_iterations)
@@ -301,6 +339,9 @@ class RooflineCostModel:
                                    self._ar_fixed_s + self._ar_spt * tokens),
             "overhead": StageCost(0.0, 0.0, self._step_s + self._seq_s * len(n)),
         }
+        if self._moe is not None and self._moe.plan.expert_parallel > 1:
+            a2a_bytes = 2 * self._moe.plan.num_moe_layers * self._moe.plan.a2a_bytes(tokens)
+            stages["alltoall"] = StageCost(0.0, a2a_bytes, self._moe.a2a_s(tokens))
         total = sum(s.seconds for s in stages.values())
         stages["total"] = StageCost(d_flops + dequant_flops + a_flops, d_bytes + a_bytes, total)
         return stages

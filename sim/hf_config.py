@@ -3,12 +3,17 @@
 The file is read as plain JSON first. transformers' AutoConfig (which fills the defaults of a
 known model type) is asked only when the config names no custom code (`auto_map`), always with
 `trust_remote_code=False` and `local_files_only=True`: no code from a model folder ever runs.
+MoE layouts (`MOE_LAYOUTS`) are read as written (transformers 5 renames Qwen3-MoE's
+`num_experts` to `num_local_experts`, for one); sim/moe_config.py supplies their defaults.
 
-A `ModelSpec` is a dense decoder whose every layer attends over the whole context with one KV
-head set. A config that describes anything else would be simulated as a different model (a
-Mixtral config as a 7.2B dense model), so it is a ConfigError naming the key and value: mixture
-of experts, multi-head latent attention (DeepSeek MLA), sliding-window attention shorter than
-the context, encoder-decoder models, and model types whose layout has not been checked.
+A `ModelSpec` is a decoder whose every layer attends over the whole context. A config that
+describes anything else would be simulated as a different model (a Mixtral config read as dense
+is a 7.2B model), so it is a ConfigError naming the key and value: sliding-window attention
+shorter than the context, encoder-decoder models, and model types whose layout has not been
+checked. Mixture-of-experts and latent-attention (MLA) configs are read only for the model types
+of `MOE_LAYOUTS`, each with the MoE keys its layout is known to use (`check_moe_representable`);
+an MoE key another family uses is refused by name, never ignored. The dense-only check
+(`check_representable`, what the real engine calls) refuses every MoE and MLA key.
 """
 
 from __future__ import annotations
@@ -31,6 +36,22 @@ MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_exp
 MLA_KEYS = ("kv_lora_rank", "q_lora_rank")  # DeepSeek-V2/V3 multi-head latent attention
 CONTEXT_KEYS = ("max_position_embeddings", "seq_length", "n_positions", "max_sequence_length",
                 "model_max_length")  # the context length, first one set wins
+_DEEPSEEK = ("n_routed_experts", "n_shared_experts", "num_experts_per_tok",
+             "moe_intermediate_size", "first_k_dense_replace", "moe_layer_freq") + MLA_KEYS
+_QWEN_MOE = ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+             "decoder_sparse_step", "mlp_only_layers")
+# MoE model types whose config layout sim/moe_config.py reads, with the MoE keys it reads
+MOE_LAYOUTS: dict[str, tuple[str, ...]] = {
+    "mixtral": ("num_local_experts", "num_experts_per_tok"),
+    "qwen2_moe": _QWEN_MOE + ("shared_expert_intermediate_size",),
+    "qwen3_moe": _QWEN_MOE,  # no shared expert in Qwen3-MoE
+    "deepseek_v2": _DEEPSEEK, "deepseek_v3": _DEEPSEEK}
+# keys any family uses for an MoE or MLA layout: set in a MoE config whose layout does not
+# read them, they are refused (a value that would be ignored changes the model)
+MOE_LAYOUT_KEYS = MOE_KEYS + MLA_KEYS + ("decoder_sparse_step", "mlp_only_layers",
+                                         "first_k_dense_replace", "moe_layer_freq",
+                                         "moe_layer_start_index", "interleave_moe_layer_step",
+                                         "moe_num_shared_experts", "experts_per_token")
 NOT_MODELLED = "is not modelled by the simulator (its KV and FLOPs would be a different model's)"
 
 
@@ -39,6 +60,8 @@ def read_config(config_dir: Path) -> dict[str, Any]:
     raw = read_json_object(config_dir / "config.json", "model", "config.json")
     if "auto_map" in raw:
         return raw  # custom modelling code: read the JSON as data, never import that code
+    if str(raw.get("model_type", "")).lower() in MOE_LAYOUTS:
+        return raw  # MoE keys as written: transformers renames them between versions
     try:
         from transformers import AutoConfig  # lazy: heavy import, optional dependency
     except ImportError:
@@ -73,12 +96,31 @@ def _check_sliding_window(cfg: Mapping[str, Any], source: str) -> None:
                               f"full_attention {NOT_MODELLED}; in {source}")
 
 
-def check_representable(cfg: Mapping[str, Any], source: str) -> None:
-    """ConfigError naming the first key of `cfg` that describes a model a ModelSpec cannot
-    represent; `source` (a path or name) is quoted in the message."""
+def _check_common(cfg: Mapping[str, Any], source: str) -> None:
     if cfg.get("is_encoder_decoder"):
         raise ConfigError(f"{FIELD}.is_encoder_decoder", cfg["is_encoder_decoder"],
                           f"encoder-decoder models {NOT_MODELLED}; in {source}")
+
+
+def check_moe_representable(cfg: Mapping[str, Any], source: str) -> None:
+    """As `check_representable` for a config whose model_type is in MOE_LAYOUTS: its own MoE
+    and MLA keys are read; any other family's that is set is a ConfigError naming it."""
+    _check_common(cfg, source)
+    model_type = str(cfg.get("model_type")).lower()
+    known = MOE_LAYOUTS[model_type]
+    for key in MOE_LAYOUT_KEYS:
+        if key not in known and cfg.get(key) not in (None, 0, [], False):
+            raise ConfigError(f"{FIELD}.{key}", cfg[key], (
+                f"not read for model_type {model_type!r} (its MoE layout uses "
+                f"{', '.join(known)}); a mixture-of-experts layout this key describes "
+                f"{NOT_MODELLED}; in {source}"))
+    _check_sliding_window(cfg, source)
+
+
+def check_representable(cfg: Mapping[str, Any], source: str) -> None:
+    """ConfigError naming the first key of `cfg` that describes a model a ModelSpec cannot
+    represent as a dense model; `source` (a path or name) is quoted in the message."""
+    _check_common(cfg, source)
     for key in MOE_KEYS:
         if cfg.get(key) not in (None, 0):
             raise ConfigError(f"{FIELD}.{key}", cfg[key],

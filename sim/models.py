@@ -2,7 +2,8 @@
 
 Built-in shapes come from the models' public config.json files. `model_from_hf_config` reads
 a local config.json (`sim/hf_config.py`: plain JSON, or transformers.AutoConfig without remote
-code) and refuses models a ModelSpec cannot represent (MoE, MLA, sliding window, ...).
+code), mixture-of-experts and MLA models included (`sim/moe.py`, `sim/moe_config.py`), and
+refuses models a ModelSpec cannot represent (sliding window, unverified layouts, ...).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from sim.errors import ConfigError, check_positive
-from sim.hf_config import CONTEXT_KEYS, FIELD as HF_FIELD, check_representable, read_config
+from sim.hf_config import (CONTEXT_KEYS, FIELD as HF_FIELD, MOE_LAYOUTS,
+                            check_moe_representable, check_representable, read_config)
 from sim.jsonfile import int_value
+from sim.moe import MLASpec, MoESpec
+from sim.moe_config import mla_from_config, moe_from_config
 
 # HF model types whose MLP is gated (SwiGLU / GeGLU: gate, up and down matrices).
 GATED_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen", "qwen2", "qwen3",
@@ -22,7 +26,8 @@ GATED_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen", "qwen2", "
 # Gated activations named by `hidden_act` in configs of other families.
 GATED_ACTS = frozenset({"silu", "swiglu", "swish"})
 # HF model types whose config class defaults tie_word_embeddings to False.
-UNTIED_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen", "qwen2", "baichuan"})
+UNTIED_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen", "qwen2", "baichuan",
+                                "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,8 @@ class ModelSpec:
     gated_mlp: bool = True  # True: SwiGLU, 3 MLP matrices; False: plain GeLU MLP, 2 matrices
     tie_word_embeddings: bool = False  # the lm_head shares the input embedding matrix
     max_position_embeddings: int = 4096  # tokens, longest supported sequence
+    moe: MoESpec | None = None  # mixture-of-experts MLP of the MoE layers (None: dense model)
+    mla: MLASpec | None = None  # multi-head latent attention (None: MHA / GQA)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -53,10 +60,15 @@ class ModelSpec:
         if self.num_attention_heads % self.num_kv_heads:
             raise ConfigError("num_kv_heads", self.num_kv_heads,
                               f"must divide num_attention_heads={self.num_attention_heads}")
+        if self.moe is not None and self.moe.num_moe_layers > self.num_layers:
+            raise ConfigError("moe.num_moe_layers", self.moe.num_moe_layers,
+                              f"more than num_layers={self.num_layers}")
 
     @property
     def num_attention_params_per_layer(self) -> int:
         """Weights of the q, k, v and o projections of one layer."""
+        if self.mla is not None:
+            return self.mla.attention_params(self.hidden_size, self.num_attention_heads)
         q_and_o = 2 * self.hidden_size * self.num_attention_heads * self.head_dim
         k_and_v = 2 * self.hidden_size * self.num_kv_heads * self.head_dim
         return q_and_o + k_and_v
@@ -68,8 +80,32 @@ class ModelSpec:
 
     @property
     def num_dense_params_per_layer(self) -> int:
-        """Weights of one layer's linear (matmul) layers: attention projections plus MLP."""
+        """Weights of one dense layer's linear (matmul) layers: attention projections plus MLP."""
         return self.num_attention_params_per_layer + self.num_mlp_params_per_layer
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (0 for a dense model)."""
+        return 0 if self.moe is None else self.moe.num_moe_layers
+
+    @property
+    def num_layer_params(self) -> int:
+        """Weights of all layers' linear layers (every expert of every MoE layer)."""
+        if self.moe is None:
+            return self.num_layers * self.num_dense_params_per_layer
+        moe_layers = self.moe.num_moe_layers
+        return (self.num_layers * self.num_attention_params_per_layer
+                + (self.num_layers - moe_layers) * self.num_mlp_params_per_layer
+                + moe_layers * self.moe.layer_params(self.hidden_size))
+
+    @property
+    def num_active_layer_params(self) -> int:
+        """Weights of all layers' linear layers one token uses (top-k experts per MoE layer)."""
+        if self.moe is None:
+            return self.num_layer_params
+        return (self.num_layer_params - self.moe.num_moe_layers
+                * (self.moe.layer_params(self.hidden_size)
+                   - self.moe.active_layer_params(self.hidden_size)))
 
     @property
     def num_embedding_params(self) -> int:
@@ -78,18 +114,34 @@ class ModelSpec:
 
     @property
     def num_norm_params(self) -> int:
-        """Weights of the two norms per layer and the final norm (biases are ignored)."""
-        return (2 * self.num_layers + 1) * self.hidden_size
+        """Weights of the two norms per layer and the final norm (biases are ignored), plus
+        MLA's latent norms."""
+        norms = (2 * self.num_layers + 1) * self.hidden_size
+        return norms + (self.num_layers * self.mla.norm_params() if self.mla else 0)
 
     @property
     def num_params(self) -> int:
-        """All weights: layers, norms, embedding and lm_head (once if tied)."""
+        """All weights: layers (every expert), norms, embedding and lm_head (once if tied)."""
         embeddings = self.num_embedding_params * (1 if self.tie_word_embeddings else 2)
-        return (self.num_layers * self.num_dense_params_per_layer + self.num_norm_params
-                + embeddings)
+        return self.num_layer_params + self.num_norm_params + embeddings
+
+    @property
+    def num_active_params(self) -> int:
+        """Weights one token uses: `num_params` with only the top-k routed experts of each MoE
+        layer (embedding and lm_head both counted, as Mixtral's and DeepSeek's figures do)."""
+        return self.num_params - (self.num_layer_params - self.num_active_layer_params)
+
+    def kv_elements_per_token_per_layer(self) -> int:
+        """Cached elements per token per layer: K and V of every KV head, or MLA's latent."""
+        if self.mla is not None:
+            return self.mla.kv_elements_per_token
+        return 2 * self.num_kv_heads * self.head_dim
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float) -> float:
-        """Bytes of K and V cache one token holds across all layers and KV heads."""
+        """Bytes of K and V cache one token holds across all layers and KV heads (MLA: its
+        compressed latent)."""
+        if self.mla is not None:
+            return self.num_layers * self.mla.kv_elements_per_token * kv_dtype_bytes
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_dtype_bytes
 
 
@@ -109,6 +161,17 @@ _BUILTIN = (
     # small Llama-tokenizer models used as speculative-decoding drafts
     ModelSpec("llama-68m", 2, 768, 12, 12, 64, 3072, 32000, max_position_embeddings=2048),
     ModelSpec("tinyllama-1.1b", 22, 2048, 32, 4, 64, 5632, 32000, max_position_embeddings=2048),
+    # mixture-of-experts (sim/moe.py; shapes of tests/fixtures/moe/*/config.json)
+    ModelSpec("mixtral-8x7b", 32, 4096, 32, 8, 128, 14336, 32000, max_position_embeddings=32768,
+              moe=MoESpec(8, 2, 14336, 32)),  # 46.7 B total, 12.9 B active
+    ModelSpec("qwen3-30b-a3b", 48, 2048, 32, 4, 128, 6144, 151936,
+              max_position_embeddings=40960, moe=MoESpec(128, 8, 768, 48)),  # 30.5 B, 3.3 B
+    # DeepSeek-V3: 3 dense layers then 58 MoE layers of 256 routed + 1 shared expert, MLA
+    # attention (per-head K width 128 + 64); the multi-token-prediction module is not counted
+    ModelSpec("deepseek-v3", 61, 7168, 128, 128, 192, 18432, 129280,
+              max_position_embeddings=163840,
+              moe=MoESpec(256, 8, 2048, 58, shared_intermediate_size=2048),
+              mla=MLASpec(1536, 512, 128, 64, 128)),  # 671 B total, 37.6 B active
 )
 
 MODELS: Mapping[str, ModelSpec] = MappingProxyType({m.name: m for m in _BUILTIN})
@@ -129,6 +192,9 @@ _ALIASES: Mapping[str, str] = MappingProxyType({
     "mistralai/mistral-7b-instruct-v0.2": "mistral-7b",
     "jackfram/llama-68m": "llama-68m",
     "tinyllama/tinyllama-1.1b-chat-v1.0": "tinyllama-1.1b", "tinyllama-1.1b-chat": "tinyllama-1.1b",
+    "mistralai/mixtral-8x7b-v0.1": "mixtral-8x7b",
+    "mistralai/mixtral-8x7b-instruct-v0.1": "mixtral-8x7b",
+    "qwen/qwen3-30b-a3b": "qwen3-30b-a3b", "deepseek-ai/deepseek-v3": "deepseek-v3",
 })
 
 
@@ -158,19 +224,34 @@ def _int(cfg: Mapping[str, Any], keys: tuple[str, ...], default: int | None = No
     return int_value(cfg[key], f"{HF_FIELD}.{key}")
 
 
-def model_from_config_dict(cfg: Mapping[str, Any], name: str,
-                           source: str | None = None) -> ModelSpec:
-    """Map an HF config dict (Llama, Mistral, Qwen, Qwen2, ChatGLM, GPT-style) to a ModelSpec;
-    a config the spec cannot represent (MoE, MLA, sliding window, ...) is a ConfigError."""
-    check_representable(cfg, source or name)
-    model_type = str(cfg.get("model_type", "")).lower()
-    hidden = _int(cfg, ("hidden_size", "n_embd", "d_model"))
-    heads = _int(cfg, ("num_attention_heads", "n_head"))
-    layers = _int(cfg, ("num_hidden_layers", "num_layers", "n_layer"))
+def _attention_shape(cfg: Mapping[str, Any], heads: int, hidden: int,
+                     mla: MLASpec | None) -> tuple[int, int]:
+    """(KV heads, head_dim) of a config; MLA materializes keys per head (qk head width)."""
+    if mla is not None:
+        return heads, mla.qk_head_dim
     kv_heads = _int(cfg, ("num_key_value_heads",), heads)
     if cfg.get("multi_query_attention") and cfg.get("multi_query_group_num"):
         kv_heads = _int(cfg, ("multi_query_group_num",))  # ChatGLM2/3 style GQA
-    head_dim = _int(cfg, ("head_dim", "kv_channels"), hidden // heads if heads > 0 else 0)
+    return kv_heads, _int(cfg, ("head_dim", "kv_channels"), hidden // heads if heads > 0 else 0)
+
+
+def model_from_config_dict(cfg: Mapping[str, Any], name: str,
+                           source: str | None = None, *, allow_moe: bool = False) -> ModelSpec:
+    """Map an HF config dict (Llama, Mistral, Qwen, Qwen2, ChatGLM, GPT-style; with allow_moe
+    also Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3) to a ModelSpec; a config the spec cannot
+    represent (an MoE or MLA layout without allow_moe, sliding window, ...) is a ConfigError.
+    The real engine runs dense models only and calls this without allow_moe."""
+    model_type = str(cfg.get("model_type", "")).lower()
+    moe_layout = allow_moe and model_type in MOE_LAYOUTS
+    if moe_layout:
+        check_moe_representable(cfg, source or name)
+    else:
+        check_representable(cfg, source or name)
+    hidden = _int(cfg, ("hidden_size", "n_embd", "d_model"))
+    heads = _int(cfg, ("num_attention_heads", "n_head"))
+    layers = _int(cfg, ("num_hidden_layers", "num_layers", "n_layer"))
+    mla = mla_from_config(cfg) if moe_layout else None
+    kv_heads, head_dim = _attention_shape(cfg, heads, hidden, mla)
     inter = _int(cfg, ("intermediate_size", "ffn_hidden_size", "inner_hidden_size", "n_inner",
                        "ffn_dim"), 4 * hidden)
     gated = model_type in GATED_MODEL_TYPES or str(cfg.get("hidden_act", "")).lower() in GATED_ACTS
@@ -184,7 +265,7 @@ def model_from_config_dict(cfg: Mapping[str, Any], name: str,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings",
                                          model_type not in UNTIED_MODEL_TYPES)),
         max_position_embeddings=_int(cfg, CONTEXT_KEYS),
-    )
+        moe=moe_from_config(cfg, model_type, layers, inter) if moe_layout else None, mla=mla)
 
 
 def model_from_hf_config(path_or_dir: str | Path) -> ModelSpec:
@@ -194,7 +275,7 @@ def model_from_hf_config(path_or_dir: str | Path) -> ModelSpec:
     if not (config_dir / "config.json").is_file():
         raise ConfigError("model", str(path_or_dir), "no config.json found there")
     return model_from_config_dict(read_config(config_dir), config_dir.name,
-                                  str(config_dir / "config.json"))
+                                  str(config_dir / "config.json"), allow_moe=True)
 
 
 def resolve_model(name_or_path: str | Path) -> ModelSpec:

@@ -11,7 +11,10 @@ the formulas of `sim/stage_params.py`. Fixed per-kernel and per-layer costs do n
 by TP; only the work does. `iteration_times_from_sums` has the signature and semantics of
 `RooflineCostModel.iteration_times_from_sums`, so `CostModelExecutor` can run either. Torch-free;
 constants are folded in `__init__` so a call is a few float operations (plus one numpy
-expression over the decode iterations of a multi-iteration step).
+expression over the decode iterations of a multi-iteration step). MoE and MLA models compose
+their layers in `sim/moe_stage.py` (routed experts at the distinct experts a batch touches,
+expert parallelism's all-to-alls); their MoE terms depend on the batch size only, so a decode
+run's later iterations stay one numpy expression.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 
 from sim.cost_model import ACT_DTYPE_BYTES, DeploymentSpec, kv_dtype_bytes, weight_dtype_bytes
 from sim.hardware import dense_peak_flops
+from sim.moe_stage import MoEStageTerms
 from sim.stage_params import StageParams
 
 
@@ -34,7 +38,7 @@ class StageCostModel:
                  "_attn_half", "_attn_fixed", "_kv_bpt", "_kv_inv_large", "_dec_small",
                  "_dec_span", "_dec_half", "_dec_fixed", "_inv_bw", "_ar_fixed", "_ar_spb",
                  "_ar_ll_fixed", "_ar_ll_spb", "_launch_floor",
-                 "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt", "_vocab_bytes")
+                 "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt", "_vocab_bytes", "_moe")
 
     def __init__(self, deployment: DeploymentSpec, params: StageParams) -> None:
         self.deployment = deployment  # the instance modelled
@@ -86,6 +90,12 @@ class StageCostModel:
         self._hidden_bytes = h * a  # bytes of one token's hidden state
         self._lm_gemm = self._gemm_consts(h, m.vocab_size / tp, a)  # lm_head stays fp16
         self._vocab_bytes = m.vocab_size * a  # bytes of one sequence's logits
+        self._moe: MoEStageTerms | None = None  # the layers of an MoE / MLA model
+        if m.moe is not None or m.mla is not None:
+            self._moe = MoEStageTerms(deployment, p)
+        if m.mla is not None:  # the cached latent, on every GPU; per-head K and V in prefill
+            self._kv_bpt = m.mla.kv_elements_per_token * kv_dtype_bytes(deployment.kv_dtype)
+            self._attn_fpp = float(heads * m.mla.flops_per_pair_per_head())
 
     @staticmethod
     def _gemm_consts(k: float, n_out: float, weight_bytes: float) -> tuple[float, float, float]:
@@ -120,6 +130,8 @@ class StageCostModel:
         """One layer outside attention at num_tokens tokens (4 GEMMs + 5 small kernels)."""
         if num_tokens <= 0:
             return 0.0
+        if self._moe is not None:  # MoE / MLA: the mean over layers (sim/moe_stage.py)
+            return self._moe.non_attention_s(num_tokens) / self._layers
         t = self._small_fixed + self._small_spt * num_tokens
         for gemm in self._gemms:
             t += self._gemm_s(gemm, num_tokens)
@@ -191,6 +203,8 @@ class StageCostModel:
         return n, c, max(num_seqs - 1, 0), kv
 
     def _layers_s(self, num_tokens: int, attention_s: float) -> float:
+        if self._moe is not None:
+            return self._moe.layers_s(num_tokens, attention_s, self.allreduce_s)
         ar = 2 * self.allreduce_s(self._hidden_bytes * num_tokens) if self._tp > 1 else 0.0
         return self._layers * (self.dense_layer_s(num_tokens) + attention_s + ar)
 

@@ -176,8 +176,7 @@ def test_a_malformed_overhead_calibration_names_field_and_value(tmp_path):
 
 # ---- HF config.json: no remote code; models a ModelSpec cannot represent are refused ----------
 @pytest.mark.parametrize("folder, field, value", [
-    ("mixtral-8x7b", "num_local_experts", 8),
-    ("deepseek-v2-lite", "n_routed_experts", 64),
+    ("../moe/gpt-oss-20b", "num_local_experts", 32),  # an MoE layout not read (issue 16)
     ("mistral-7b-v0.1", "sliding_window", 4096),
 ])
 def test_unrepresentable_models_are_refused_naming_field_and_value(folder, field, value):
@@ -254,8 +253,8 @@ def test_custom_code_in_a_model_folder_never_runs(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="model.config.model_type='evil'"):
         resolve_model(str(folder))
     assert not marker.exists() and calls == []  # auto_map: read as plain JSON only
-    with pytest.raises(ConfigError):
-        resolve_model(str(FIXTURES / "mixtral-8x7b"))
+    with pytest.raises(ConfigError):  # read through AutoConfig, refused (sliding window)
+        resolve_model(str(FIXTURES / "mistral-7b-v0.1"))
     assert calls and all(c.get("trust_remote_code") is False for c in calls)
 
 
