@@ -17,6 +17,7 @@ from sim.cost_model_choice import CHOICE_KEYS
 from sim.errors import ConfigError, check_fraction, check_positive
 from sim.field_types import check_fields
 from sim.heterogeneous import build_heterogeneous, normalize_instances
+from sim.hf_static import check_hf_static_cluster, engine_kind, hf_static_params
 from sim.limits import resolve_max_model_len
 from sim.overhead import SchedulingOverhead, build_overhead
 
@@ -44,6 +45,8 @@ class ClusterSpec:
     expert_parallel: int = 1  # of an instance's tensor_parallel GPUs, how many the experts of an
     # MoE model are spread over (1: every expert split over all of them; docs/moe.md)
     expert_zipf: float = 0.0  # Zipf exponent of MoE expert popularity (0: uniform routing)
+    engine: Mapping[str, Any] = field(default_factory=dict)  # {}: paged; {kind: hf_static, ...}:
+    # HF-transformers static batches, contiguous padded KV (sim/hf_static.py, docs/magnus.md)
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -67,6 +70,10 @@ class ClusterSpec:
         build_overhead(self.scheduling_overhead, self.backend)  # validates; None when empty
         if self.max_model_len is not None:
             resolve_max_model_len((), self.max_model_len)  # an int >= 1; vs the model: at build
+        if engine_kind(self.engine) == "hf_static":
+            hf_static_params(self.engine)  # validates the options
+            check_hf_static_cluster(self.tensor_parallel, self.backend, self.draft_model,
+                                    "calibration" in self.cost_model)
 
     def _check_types(self) -> None:
         """Every field, and the cost-model and overhead numbers, of its annotated type (no
@@ -89,7 +96,7 @@ def build_executors(spec: ClusterSpec,
             raise ConfigError("cluster.backend", spec.backend, "the torch engine's executors are "
                               "built by experiments.executors.build_executors")
         return real(spec)
-    if "calibration" in spec.cost_model:
+    if "calibration" in spec.cost_model:  # (never with engine hf_static: __post_init__)
         from sim.calibrated import build_calibrated_executors
 
         return build_calibrated_executors(spec.cost_model, spec.num_instances)
@@ -106,6 +113,10 @@ def build_executors(spec: ClusterSpec,
                                 gpu_memory_utilization=spec.gpu_memory_utilization,
                                 expert_parallel=spec.expert_parallel,
                                 expert_zipf=spec.expert_zipf)
+    if engine_kind(spec.engine) == "hf_static":
+        from sim.hf_static import build_hf_static_executors
+
+        return build_hf_static_executors(deployment, spec.engine, spec.num_instances)
     draft = build_draft(deployment, spec.draft_model, spec.cost_model)  # None without one
     executor = CostModelExecutor(build_cost_model(deployment, spec.cost_model), draft)
     return [executor] * spec.num_instances

@@ -1,0 +1,204 @@
+"""A static-batch engine in the style of HF transformers' `generate()` (the Magnus paper's engine).
+
+`cluster.engine: {kind: hf_static}` selects it; the default engine (`{}`) is the paged one of the
+cost models. What differs from a paged engine:
+  memory     one contiguous KV tensor per batch, padded: every row holds the batch's longest
+             sequence (`rows x (longest prompt + iterations so far)` tokens); the KV grows by
+             `torch.cat` each iteration, so the layer being extended is briefly held twice; the
+             prefill also holds the logits of every position (HF computes them all, and a
+             permuted copy) and one layer's eager attention scores (fp16, then an fp32 copy).
+             Everything the weights and `reserve_bytes` leave is free; a step fails (oom) at the
+             first iteration whose peak exceeds it. No paged KV, no memory fraction.
+  time       padded tokens are computed like real ones; the prefill computes logits at every
+             position and the full (not causal-halved) score matrix; each decode iteration pays a
+             fixed host cost (Python, ~40 small kernels a layer, sampling) and moves each cached
+             token's K and V through HBM `kv_passes` times (attention read, torch.cat read and
+             write, layout copies). int8 / int4 weights are dequantized to an fp16 copy in HBM
+             before each matmul (ChatGLM's cpm_kernels path), so they are read slower than fp16.
+The two time parameters (`step_overhead_s`, `kv_passes`) were set from the Magnus paper's Fig. 4
+run (docs/magnus.md, "The static-batch engine"). sim/ imports nothing above it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+import numpy as np
+
+from sim.cost_model import ACT_DTYPE_BYTES, GIB, DeploymentSpec, weight_dtype_bytes
+from sim.errors import ConfigError, check_fraction, check_positive
+from sim.executor import InstanceInfo, Step, StepResult, modelled_result
+from sim.field_types import check_fields
+
+ENGINE_KINDS = ("paged", "hf_static")  # cluster.engine.kind values; {} means paged
+FP16_COPY_BYTES = 2 * ACT_DTYPE_BYTES  # a dequantized weight: written once, read once (fp16)
+
+
+@dataclass(frozen=True, slots=True)
+class HFStaticParams:
+    """Memory and time parameters of the static-batch engine (`cluster.engine` fields)."""
+
+    step_overhead_s: float = 0.030  # seconds per forward pass off the GPU's critical roofline
+    kv_passes: float = 5.0  # HBM passes over each cached token's K and V per decode iteration
+    compute_efficiency: float = 0.5  # fraction of the GPU's fp16 tensor peak matmuls reach
+    memory_efficiency: float = 0.85  # fraction of HBM bandwidth streaming reaches
+    logits_copies: float = 2.0  # all-position fp16 logits live at once in the prefill
+    score_bytes_per_pair: float = 6.0  # live bytes per (query, key, head) of one layer's scores
+    reserve_bytes: int = GIB  # CUDA context and allocator slack (bytes)
+
+    def __post_init__(self) -> None:
+        check_fields(HFStaticParams, "cluster.engine",
+                     {f.name: getattr(self, f.name) for f in fields(self)})
+        for name in ("step_overhead_s", "kv_passes", "logits_copies", "score_bytes_per_pair",
+                     "reserve_bytes"):
+            value = getattr(self, name)
+            if not math.isfinite(value):
+                raise ConfigError(f"cluster.engine.{name}", value, "must be finite")
+            check_positive(f"cluster.engine.{name}", value, allow_zero=True)
+        check_fraction("cluster.engine.compute_efficiency", self.compute_efficiency)
+        check_fraction("cluster.engine.memory_efficiency", self.memory_efficiency)
+
+
+def engine_kind(engine: Mapping[str, Any]) -> str:
+    """The engine `cluster.engine` names: paged (default, `{}`) or hf_static."""
+    kind = engine.get("kind", "paged")
+    if kind not in ENGINE_KINDS:
+        raise ConfigError("cluster.engine.kind", kind, f"one of {', '.join(ENGINE_KINDS)}")
+    if kind == "paged" and len(engine) > ("kind" in engine):
+        extra = sorted(k for k in engine if k != "kind")
+        raise ConfigError(f"cluster.engine.{extra[0]}", engine[extra[0]],
+                          "options belong to kind: hf_static; the paged engine takes none")
+    return kind
+
+
+def hf_static_params(engine: Mapping[str, Any]) -> HFStaticParams:
+    """The engine's parameters from `cluster.engine` (kind hf_static), unknown keys refused."""
+    known = {f.name for f in fields(HFStaticParams)}
+    for key, value in engine.items():
+        if key != "kind" and key not in known:
+            raise ConfigError(f"cluster.engine.{key}", value,
+                              f"unknown; known: kind, {', '.join(sorted(known))}")
+    return HFStaticParams(**{k: v for k, v in engine.items() if k != "kind"})
+
+
+def check_hf_static_cluster(tensor_parallel: int, backend: str, draft_model: str | None,
+                            calibrated: bool = False) -> None:
+    """The static-batch engine models one GPU of the simulator: no TP, no draft, no real backend,
+    no calibration file (its step times are its own)."""
+    if tensor_parallel != 1:
+        raise ConfigError("cluster.tensor_parallel", tensor_parallel,
+                          "engine hf_static models one GPU per instance (1)")
+    if backend != "sim":
+        raise ConfigError("cluster.backend", backend, "engine hf_static is a cost model (sim)")
+    if draft_model is not None:
+        raise ConfigError("cluster.draft_model", draft_model, "engine hf_static has no draft")
+    if calibrated:
+        raise ConfigError("cluster.engine.kind", "hf_static", "times its own steps; drop "
+                          "cluster.cost_model.calibration")
+
+
+def hf_weight_read_bytes(weight_dtype: str) -> float:
+    """HBM bytes one layer weight costs per forward: fp16 read once; a quantized weight is read,
+    written as an fp16 copy and that copy read by the matmul."""
+    own = weight_dtype_bytes(weight_dtype)
+    return own if weight_dtype in ("fp16", "bf16") else own + FP16_COPY_BYTES
+
+
+class HFStaticExecutor:
+    """Runs padded Steps on the static-batch engine model of one GPU (see the module doc)."""
+
+    def __init__(self, deployment: DeploymentSpec, params: HFStaticParams = HFStaticParams()):
+        self.deployment = deployment  # model, GPU and weight dtype (TP 1)
+        self.params = params  # the engine's memory and time parameters
+        m, gpu = deployment.model, deployment.gpu
+        self._kv_bpt = deployment.kv_bytes_per_token_per_gpu  # bytes per cached token
+        dequant_buffer = 0 if deployment.weight_dtype in ("fp16", "bf16") else \
+            m.hidden_size * m.intermediate_size * ACT_DTYPE_BYTES  # one fp16 weight copy
+        self.free_bytes = (gpu.memory_bytes - deployment.weight_bytes - params.reserve_bytes
+                           - dequant_buffer)  # bytes for KV and activations
+        if self.free_bytes < self._kv_bpt:
+            raise ConfigError("cluster.weight_dtype", deployment.weight_dtype,
+                              f"{deployment.name}: the weights leave no memory for a batch")
+        self._logit_bpt = m.vocab_size * ACT_DTYPE_BYTES * params.logits_copies  # prefill
+        self._score_bpp = m.num_attention_heads * params.score_bytes_per_pair  # per pair
+        self._grow = 1.0 + 1.0 / m.num_layers  # torch.cat holds one layer's KV twice
+        self._inv_c = 1.0 / (gpu.peak_tensor_flops * params.compute_efficiency)  # s/FLOP
+        self._inv_m = 1.0 / (gpu.hbm_bandwidth * params.memory_efficiency)  # s/byte
+        self._dense_fpt = 2.0 * (m.num_layer_params + m.vocab_size * m.hidden_size)  # FLOPs
+        self._weight_bytes = (m.num_layer_params * hf_weight_read_bytes(deployment.weight_dtype)
+                              + m.vocab_size * m.hidden_size * ACT_DTYPE_BYTES)  # per forward
+        self._attn_fpp = 4.0 * m.num_layers * m.num_attention_heads * m.head_dim  # FLOPs/pair
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """Tokens of contiguous KV the free memory holds (activations not counted)."""
+        return int(self.free_bytes // (self._kv_bpt * self._grow))
+
+    @property
+    def max_model_len(self) -> int:
+        """The model's context in tokens."""
+        return self.deployment.model.max_position_embeddings
+
+    @property
+    def name(self) -> str:
+        """Human label, e.g. "chatglm-6b fp16 on V100-32GB x1 (hf_static)"."""
+        return f"{self.deployment.name} (hf_static)"
+
+    def instance_info(self, instance_id: int) -> InstanceInfo:
+        """What a policy may know about this instance."""
+        return InstanceInfo(instance_id, self.kv_capacity_tokens, self.name)
+
+    def prefill_peak_bytes(self, rows: int, prompt: int, context: int = 0) -> float:
+        """Peak bytes of a padded prefill: KV (+ the copy torch.cat makes), the logits of every
+        position, one layer's score matrix."""
+        kv = rows * (context + prompt) * self._kv_bpt * self._grow
+        return kv + rows * prompt * (self._logit_bpt + self._score_bpp * (context + prompt))
+
+    def first_oom_iteration(self, rows: int, prompt: int, context: int, iterations: int) -> int:
+        """1-based iteration whose peak memory first exceeds the free memory, 0 if none."""
+        if self.prefill_peak_bytes(rows, prompt, context) > self.free_bytes:
+            return 1
+        per_token = rows * self._kv_bpt * self._grow  # bytes per decode iteration
+        last = int(self.free_bytes // per_token)  # the longest padded sequence that fits
+        start = context + prompt  # tokens per row after the prefill
+        return 0 if start + iterations - 1 <= last else last - start + 2
+
+    def iteration_times(self, rows: int, prompt: int, context: int,
+                        iterations: int) -> np.ndarray:
+        """Seconds of each iteration of a padded batch: prefill of `rows x prompt` tokens over
+        `context` cached ones, then one token per row per iteration."""
+        p = self.params
+        tokens = rows * prompt
+        flops = self._dense_fpt * tokens + self._attn_fpp * tokens * (context + prompt)
+        moved = (self._weight_bytes + self._score_bpp * tokens * (context + prompt)
+                 * self.deployment.model.num_layers + self._kv_bpt * rows * (context + prompt))
+        first = max(flops * self._inv_c, moved * self._inv_m) + p.step_overhead_s
+        out = np.empty(iterations)
+        out[0] = first
+        if iterations > 1:
+            ctx = context + prompt + np.arange(iterations - 1, dtype=np.float64)  # per row
+            dense = max(self._dense_fpt * rows * self._inv_c, self._weight_bytes * self._inv_m)
+            kv = p.kv_passes * self._kv_bpt * rows * (ctx + 1) * self._inv_m
+            attn = self._attn_fpp * rows * (ctx + 1) * self._inv_c
+            out[1:] = dense + np.maximum(kv, attn) + p.step_overhead_s
+        return out
+
+    def execute(self, step: Step, until_s: float = math.inf) -> StepResult:
+        """Model `step` padded to its longest row; stop after the first iteration ending at or
+        after `until_s` seconds, or fail at the first iteration that does not fit."""
+        if step.num_draft_tokens:
+            raise ValueError("engine hf_static runs no speculative verify steps")
+        rows = step.num_seqs
+        prompt, context = max(step.num_new_tokens), max(step.num_context_tokens)
+        oom_at = self.first_oom_iteration(rows, prompt, context, step.num_iterations)
+        times = self.iteration_times(rows, prompt, context, oom_at or step.num_iterations)
+        return modelled_result(np.cumsum(times), until_s, oom_at)
+
+
+def build_hf_static_executors(deployment: DeploymentSpec, engine: Mapping[str, Any],
+                              num_instances: int) -> list[HFStaticExecutor]:
+    """One shared (stateless) executor per instance."""
+    executor = HFStaticExecutor(deployment, hf_static_params(engine))
+    return [executor] * num_instances

@@ -1,0 +1,41 @@
+"""Table I's input/output length correlations (experiments/magnus_table1.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from experiments.magnus_table1 import length_correlations, to_markdown
+from traces.magnus_workload import default_magnus_path, read_magnus_apps
+
+
+def test_correlations_per_app_task_and_all():
+    x = np.arange(1, 101)
+    records = pd.DataFrame({
+        "app": ["MT"] * 200 + ["CC"] * 100,
+        "task": ["en2zh"] * 100 + ["zh2en"] * 100 + ["comment"] * 100,
+        "input_tokens": np.concatenate([x, x, x]),
+        "output_tokens": np.concatenate([2 * x, 3 * x + 1, 101 - x])})
+    table = length_correlations(records).set_index("group")
+    assert list(table.index) == ["CC", "MT", "MT/en2zh", "MT/zh2en", "all"]
+    assert table.loc["MT/en2zh", "pearson"] == pytest.approx(1.0)
+    assert table.loc["MT/zh2en", "spearman"] == pytest.approx(1.0)
+    assert table.loc["CC", "pearson"] == pytest.approx(-1.0)
+    assert table.loc["CC", "pearson_log"] < -0.7
+    assert table.loc["all", "requests"] == 300
+    assert "| MT/en2zh | 100 | 1.00 |" in to_markdown(length_correlations(records))
+
+
+def test_missing_column_is_named():
+    with pytest.raises(ValueError, match="output_tokens"):
+        length_correlations(pd.DataFrame({"app": [], "task": [], "input_tokens": []}))
+
+
+@pytest.mark.skipif(not default_magnus_path().exists(), reason="shared workload absent")
+def test_shared_workload_keeps_the_papers_ordering():
+    """Translation, grammar and code translation correlate strongly; code comment weakly."""
+    table = length_correlations(read_magnus_apps()).set_index("group")
+    for strong in ("GC", "MT/en2zh", "MT/zh2en", "CT/java2cs", "CT/cs2java"):
+        assert table.loc[strong, "pearson"] > 0.85
+    assert table.loc["CC", "pearson"] < 0.4
