@@ -40,6 +40,8 @@ from sim.executor import Step, StepResult
 from sim.request import Request, emit_batch
 
 from policies.base import Policy, PolicyConfig
+from policies.paged_instance import PagedInstance
+from policies.paged_prefix_jumps import PrefixJumps
 from policies.prefix_caching import PrefixCaching
 from policies.speculative import build_speculator, check_speculative
 from policies.routing import InstanceLoad, build_router, check_router
@@ -71,18 +73,7 @@ class PagedConfig(PolicyConfig):
                           self.acceptance_concentration)
 
 
-@dataclass
-class PagedInstance:
-    """One instance's queues and KV cache."""
-
-    blocks: KVBlocks  # the instance's paged KV cache (counts only, without prefix caching)
-    waiting: deque[Request] = field(default_factory=deque)  # routed here; preempted at the head
-    running: list[Request] = field(default_factory=list)  # admitted, in admission order
-    in_flight: list[Request] = field(default_factory=list)  # the running step's requests
-    num_pending_blocks: int = 0  # blocks the step in flight takes after its first iteration
-
-
-class PagedPolicy(Policy):
+class PagedPolicy(PrefixJumps, Policy):
     """Routing, admission, on-demand block growth, preemption and step results."""
 
     config: PagedConfig
@@ -179,6 +170,13 @@ class PagedPolicy(Policy):
     def grow_decodes(self, s: PagedInstance, now: float) -> list[Request]:
         """One slot for every running request whose prefill is done, in admission order;
         returns those that run (the rest were preempted)."""
+        grow_to = getattr(s.blocks, "grow_to", None)  # block counts: all at once when they fit
+        if grow_to is not None:
+            w = self.decode_width
+            ready = [r for r in s.running if r.num_computed_tokens
+                     and r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens == 1]
+            if grow_to([r.request_id for r in ready], [r.num_computed_tokens + w for r in ready]):
+                return ready  # nobody preempted: what the loop below gives
         decodes: list[Request] = []
         i = 0
         while i < len(s.running):  # victims leave from the end, so index i stays valid
@@ -249,66 +247,6 @@ class PagedPolicy(Policy):
         held = np.array([s.blocks.num_tokens(r.request_id) for r in batch], dtype=np.int64)
         return int((-(-np.maximum(num_iterations - 1 - (-held % bs), 0) // bs)).sum())
 
-    # ---- exact jumps with the prefix cache ----------------------------------------------------
-    def prefix_jump_cap(self, s: PagedInstance, decodes: list[Request],
-                        num_iterations: int) -> int:
-        """Iterations a decode jump of `decodes` (first slots given) may run with the prefix
-        cache on and stay exact: no further than where the head waiting request's admission
-        could change, or blocks would be cached in another order than one iteration at a time."""
-        caps = (self.iterations_to_head_admission(s, decodes, num_iterations),
-                self.iterations_to_cache_order_change(s, decodes, num_iterations))
-        return min((c for c in caps if c is not None), default=num_iterations)
-
-    def iterations_to_head_admission(self, s: PagedInstance, decodes: list[Request],
-                                     num_iterations: int) -> int | None:
-        """Decode iterations after which the head waiting request may be admitted (whole-
-        prompt admission, `can_admit`): 1 when it fits now (a preemption in this step freed
-        blocks while the victim's prefix stays cached in others' blocks), else where a decode
-        completes, and caches, the first block it misses (more hits, fewer blocks to take).
-        Free blocks only shrink in a jump and evicting a hit never lowers the blocks the head
-        takes, so nothing else lets it in. None: it cannot be admitted in this jump."""
-        if not s.waiting or len(s.running) >= self.config.max_num_seqs:
-            return None
-        if self.can_admit(s):
-            return 1
-        head, bs = s.waiting[0], s.blocks.block_size
-        keys = self.prefix.lookup_keys(head)
-        hits = s.blocks.find_cached_prefix(keys)
-        if len(hits) == len(keys):
-            return None
-        want, first = keys[len(hits)], None
-        for r in decodes:
-            own, c = self.prefix.keys(r), r.num_computed_tokens
-            for j in range(c // bs, min(len(own), (c + num_iterations) // bs)):
-                if own[j] == want:
-                    i = (j + 1) * bs - c
-                    first = i if first is None else min(first, i)
-                    break
-        return first
-
-    def iterations_to_cache_order_change(self, s: PagedInstance, decodes: list[Request],
-                                         num_iterations: int) -> int | None:
-        """Where one-iteration steps would cache the jump's completed blocks differently from
-        one update at its end (which grows every block first, then caches in batch order):
-        before a key completed earlier by another decode, or at a key held by an evictable
-        block (a later growth may evict it). None: nowhere."""
-        if self.prefix is None:
-            return None
-        bs, blocks = s.blocks.block_size, s.blocks
-        when: dict = {}  # content key -> iterations completing it
-        for r in decodes:
-            own, c = self.prefix.keys(r), r.num_computed_tokens
-            for j in range(c // bs, min(len(own), (c + num_iterations) // bs)):
-                when.setdefault(own[j], []).append((j + 1) * bs - c)
-        caps = [num_iterations]
-        for key, its in when.items():
-            first = min(its)
-            caps += [i - 1 for i in its if i > first]
-            held = blocks.find_cached_prefix([key])
-            if held and blocks.num_blocks_to_allocate(bs, held):  # cached, evictable
-                caps.append(first)
-        return min(caps)
-
     def update(self, step: Step, result: StepResult, now: float) -> list[Request]:
         if result.oom:
             raise RuntimeError(f"{self.name} step ran out of KV memory on instance "
@@ -331,8 +269,9 @@ class PagedPolicy(Policy):
         s.num_pending_blocks = 0
         if self.prefix is not None:
             self.prefix.register(s.blocks, batch)
-        for r in batch:
-            if not r.is_finished and self.never_fits(s, r.num_tokens + self.decode_width - 1):
+        most = s.blocks.num_total_blocks * s.blocks.block_size - self.decode_width + 1  # tokens
+        for r in batch:  # never_fits(r.num_tokens + decode_width - 1), inlined
+            if r.num_prompt_tokens + r.num_output_tokens > most and not r.is_finished:
                 r.num_padding_tokens += r.num_computed_tokens  # its KV was wasted work
                 r.fail(now, "outgrew the whole KV cache")
                 done.append(r)

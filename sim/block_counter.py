@@ -131,9 +131,33 @@ class CountingBlockManager:
         return need
 
     def append_all(self, request_ids: Sequence[int], num_new_tokens: int) -> None:
-        """`append(r, num_new_tokens)` for every id in `request_ids`, in order."""
-        for rid in request_ids:
-            self.append(rid, num_new_tokens)
+        """`append(r, num_new_tokens)` for every id in `request_ids` (all or none)."""
+        tokens, bs = self._tokens, self.block_size
+        held = [tokens[rid] for rid in request_ids]
+        need = sum([-(-(h + num_new_tokens) // bs) - -(-h // bs) for h in held])
+        free = self.num_total_blocks - self.num_used_blocks
+        if need > free:
+            raise OutOfBlocks(f"{len(held)} requests need {need} blocks, {free} free")
+        for rid, h in zip(request_ids, held):
+            tokens[rid] = h + num_new_tokens
+        self.num_used_blocks += need
+
+    def grow_to(self, request_ids: Sequence[int], num_tokens: Sequence[int]) -> bool:
+        """Grow each held request to at least `num_tokens[i]` tokens, all or none: False, with
+        nothing changed, when the free blocks do not cover them all."""
+        tokens, bs = self._tokens, self.block_size
+        need = 0
+        for rid, t in zip(request_ids, num_tokens):
+            held = tokens[rid]
+            if t > held:
+                need += -(-t // bs) - -(-held // bs)
+        if need > self.num_total_blocks - self.num_used_blocks:
+            return False
+        for rid, t in zip(request_ids, num_tokens):
+            if t > tokens[rid]:
+                tokens[rid] = t
+        self.num_used_blocks += need
+        return True
 
     def free(self, request_id: int) -> int:
         """Release a request's blocks (finished or preempted); returns how many became free."""

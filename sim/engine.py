@@ -33,6 +33,7 @@ from sim.overhead import OverheadClock, SchedulingOverhead
 from sim.policy import Policy
 from sim.recorder import Recorder
 from sim.request import Request, RequestStatus
+from sim.request_source import RequestSource, as_source
 
 
 class SimulationStuck(RuntimeError):
@@ -66,6 +67,7 @@ class _State:
     on_done: Callable[[int], None] | None = None  # progress callback
     num_sent: int = 0  # requests released by a closed-loop arrival process
     slot: simpy.Event | None = None  # closed loop: succeeds when a request leaves the system
+    live: dict[int, Request] = field(default_factory=dict)  # admitted, not yet final, by id
 
     def done(self, n: int) -> None:
         self.num_done += n
@@ -85,7 +87,7 @@ class _State:
 class Simulation:
     """One run: a workload, a policy, and one executor per instance."""
 
-    requests: list[Request]  # sorted by arrival_s
+    requests: Sequence[Request] | RequestSource  # sorted by arrival_s (a source: built lazily)
     policy: Policy
     executors: Sequence[Executor]
     recorder: Recorder
@@ -97,27 +99,30 @@ class Simulation:
 
     def run(self) -> list[InstanceStats]:
         """Simulate until every request is finished, rejected or failed."""
-        state = _State(total=len(self.requests), on_done=self.on_done)
+        source = as_source(self.requests)
+        state = _State(total=len(source), on_done=self.on_done)
         stats = [InstanceStats(i, ex.kv_capacity_tokens) for i, ex in enumerate(self.executors)]
-        self.env.process(self._arrivals(state, self.max_concurrency))
+        self.env.process(self._arrivals(source, state, self.max_concurrency))
         for i, ex in enumerate(self.executors):
             self.env.process(self._serve(i, ex, stats[i], state))
         self.env.run()
         if state.num_done < state.total:
-            stuck = [r.request_id for r in self.requests if not r.is_finished][:10]
+            stuck = [i for i, r in state.live.items() if not r.is_finished][:10]
             raise SimulationStuck(
                 f"policy {self.policy.name!r} left {state.total - state.num_done} requests "
                 f"unfinished with nothing scheduled (first ids: {stuck})")
         return stats
 
-    def _arrivals(self, state: _State, limit: int | None = None):
+    def _arrivals(self, source: RequestSource, state: _State, limit: int | None = None):
         """Each request at its trace time; with `limit` (closed loop) also only when fewer than
-        `limit` are in the system, its arrival then being the time it is sent."""
-        env, reqs = self.env, self.requests
+        `limit` are in the system, its arrival then being the time it is sent. Requests are
+        taken from `source` one at a time, when their time comes."""
+        env, records, n = self.env, self.recorder.records, len(source)
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                                   or limit < 1):
             raise ValueError(f"max_concurrency={limit!r}: must be an int >= 1")
-        for i, r in enumerate(reqs):
+        for i in range(n):
+            r = source.request(i)
             if r.arrival_s > env.now:
                 yield env.timeout(r.arrival_s - env.now)
             if limit is not None:
@@ -127,8 +132,12 @@ class Simulation:
                     yield state.slot
                 r.arrival_s = env.now
                 state.num_sent += 1
-            state.next_arrival_s = reqs[i + 1].arrival_s if i + 1 < len(reqs) else math.inf
-            if not self._admit(r, env.now):
+            state.next_arrival_s = source.arrival_s(i + 1) if i + 1 < n else math.inf
+            if self._admit(r, env.now):
+                state.live[r.request_id] = r
+            else:
+                if records is not None:
+                    records.add((r,))
                 state.done(1)
             state.wake_all()
         state.arrivals_done = True
@@ -205,9 +214,13 @@ class Simulation:
             st.policy_host_s += host
             rec.record_step(instance_id, start, wall, m, seqs, first, ctx, computed, kv, reserved,
                             result.oom, sched, gap, host)
+            live = state.live
             for r in done:
+                live.pop(r.request_id, None)
                 if r.status is not RequestStatus.FINISHED:  # failed (or rejected) while queued
                     rec.event(env.now, r.status.value, r.request_id,
                               f"{r.reason}: {r.reason_detail}")
+            if rec.records is not None:
+                rec.records.add(done)
             state.done(len(done))
             state.wake_all()

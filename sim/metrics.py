@@ -14,7 +14,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from sim import gap_stats
 from sim.engine import InstanceStats
+from sim.record_log import record_columns
 from sim.recorder import Recorder
 from sim.request import Request
 
@@ -32,32 +34,12 @@ ITL_PERCENTILES = (25, 50, 75, 90, 95, 99, 99.9)  # percent: ITL percentiles in 
 
 def request_records(requests: Sequence[Request]) -> pd.DataFrame:
     """One flat row per request, plus derived latency columns."""
-    df = pd.DataFrame({
-        "request_id": [r.request_id for r in requests],
-        "arrival_s": [r.arrival_s for r in requests],
-        "prompt_tokens": [r.num_prompt_tokens for r in requests],
-        "output_tokens": [r.num_output_tokens for r in requests],
-        "target_output_tokens": [r.target_output_tokens for r in requests],
-        "status": [r.status.value for r in requests],
-        "instance_id": [r.instance_id for r in requests],
-        "scheduled_s": [r.scheduled_s for r in requests],
-        "first_token_s": [r.first_token_s for r in requests],
-        "finish_s": [r.finish_s for r in requests],
-        "num_preemptions": [r.num_preemptions for r in requests],
-        "num_recomputed_tokens": [r.num_recomputed_tokens for r in requests],
-        "num_padding_tokens": [r.num_padding_tokens for r in requests],
-        "max_itl_s": [r.max_itl_s for r in requests],
-        "predicted_output_tokens": [r.predicted_output_tokens for r in requests],
-        "app": [r.app for r in requests],
-        "num_spec_steps": [r.num_spec_steps for r in requests],
-        "num_draft_tokens": [r.num_draft_tokens for r in requests],
-        "num_accepted_tokens": [r.num_accepted_tokens for r in requests],
-        "num_cached_tokens": [r.num_cached_tokens for r in requests],
-        "requested_output_tokens": [r.requested_output_tokens for r in requests],
-        "finish_reason": [r.finish_reason for r in requests],
-        "reason": [r.reason for r in requests],
-        "reason_detail": [r.reason_detail for r in requests],
-    })
+    return records_frame(record_columns(requests))
+
+
+def records_frame(columns: dict[str, np.ndarray | list]) -> pd.DataFrame:
+    """The records DataFrame from `record_columns` (or `RecordLog.columns`) and latencies."""
+    df = pd.DataFrame(columns)
     df["e2e_s"] = df["finish_s"] - df["arrival_s"]
     df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
     df["queueing_s"] = df["scheduled_s"] - df["arrival_s"]
@@ -111,7 +93,10 @@ def _describe(prefix: str, series: pd.Series, out: dict[str, float]) -> None:
 def summarize(records: pd.DataFrame, recorder: Recorder,
               stats: Sequence[InstanceStats]) -> dict[str, float]:
     """Run-level metrics (vLLM benchmark names) and per-instance aggregates."""
-    done = records[records["status"] == "finished"]
+    latencies = [f"{name}_s" for name in ("e2e", "ttft", "tpot", "queueing",
+                                          "normalized_latency")]
+    done = records.loc[records["status"] == "finished",  # only the columns read: less memory
+                       ["prompt_tokens", "output_tokens"] + latencies]
     end = np.nanmax(records["finish_s"].to_numpy()) if len(records) else 0.0
     duration = float(end - records["arrival_s"].min()) if len(records) else 0.0
     computed = column_sum(recorder.step_log.column("num_computed_tokens"))
@@ -136,16 +121,33 @@ def summarize(records: pd.DataFrame, recorder: Recorder,
     }
     for name in ("e2e", "ttft", "tpot", "queueing", "normalized_latency"):
         _describe(f"{name}_s", done[f"{name}_s"], out)
-    values, weights = recorder.gaps.arrays()
-    out["mean_itl_s"] = float(np.average(values, weights=weights)) if weights.sum() else np.nan
-    out["std_itl_s"] = weighted_std(values, weights)
-    for p, value in zip(ITL_PERCENTILES, _weighted_percentiles(values, weights, ITL_PERCENTILES)):
-        name = "median" if p == 50 else f"p{p:g}"
-        out[f"{name}_itl_s"] = value
+    out.update(itl_summary(recorder))
     out.update(_instance_summary(stats, duration))
     out.update(_speculative_summary(records))
     out["prefix_hit_rate"] = prefix_hit_rate(records)
     out.update(reason_counts(records))
+    return out
+
+
+def itl_summary(recorder: Recorder) -> dict[str, float]:
+    """Mean, std and ITL_PERCENTILES of the weighted gaps: from whole arrays, or in chunks
+    with the same numbers when the gaps were spilled to disk (sim/gap_stats.py)."""
+    store = recorder.gaps.finish()
+    if store is None:
+        values, weights = recorder.gaps.arrays()
+        mean = float(np.average(values, weights=weights)) if weights.sum() else np.nan
+        std = weighted_std(values, weights)
+        pcts = _weighted_percentiles(values, weights, ITL_PERCENTILES)
+    else:
+        n = store.num_values
+        total = gap_stats.total_weight(store.read, n)
+        mean, std = gap_stats.weighted_mean_std(store.read, n, total) if total else (np.nan,
+                                                                                       np.nan)
+        pcts = (gap_stats.weighted_percentiles(store.read, n, total, ITL_PERCENTILES) if total
+                else [float("nan")] * len(ITL_PERCENTILES))
+    out = {"mean_itl_s": mean, "std_itl_s": std}
+    for p, value in zip(ITL_PERCENTILES, pcts):
+        out[f"{'median' if p == 50 else f'p{p:g}'}_itl_s"] = value
     return out
 
 

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from sim.gap_store import GapFile
+from sim.record_log import RecordLog
+
 STEP_COLUMNS = ("instance_id", "start_s", "duration_s", "num_iterations", "num_seqs",
                 "num_new_tokens", "num_context_tokens", "num_computed_tokens", "kv_tokens",
                 "reserved_kv_tokens", "oom", "sched_s", "sched_gap_s", "policy_host_s")
@@ -21,6 +24,7 @@ STEP_COLUMNS = ("instance_id", "start_s", "duration_s", "num_iterations", "num_s
 
 
 FOLD = 4096  # pending adds (or scalar gaps) folded into flat arrays at a time
+SPILL = 1 << 21  # folded gaps kept in memory; past it every fold goes to a temporary file
 
 
 class GapLog:
@@ -28,9 +32,11 @@ class GapLog:
 
     Adds are folded, every FOLD of them, into one float64 array of values and a run-length
     encoding of their weights (a decode jump's gaps share one weight), so memory is about 8 bytes
-    per gap however many steps there are; `arrays` returns exactly what keeping every add would."""
+    per gap however many steps there are; `arrays` returns exactly what keeping every add would.
+    Past `spill_after` folded gaps they all move to temporary files (sim/gap_store.py) and later
+    folds follow them there: memory stays bounded, and `store` reads them back in chunks."""
 
-    def __init__(self) -> None:
+    def __init__(self, spill_after: int = SPILL) -> None:
         self._values: list[np.ndarray] = []  # pending gaps, not yet folded
         self._weights: list[int | np.ndarray] = []  # an int applies to every value of its chunk
         self._scalars: list[float] = []  # single gaps of weight 1, batched for speed
@@ -38,6 +44,9 @@ class GapLog:
         self._run_weights: list[np.ndarray] = []  # folded weights as runs: weight of each run
         self._run_lengths: list[np.ndarray] = []  # folded weights as runs: values in each run
         self._flat_scalars: list[np.ndarray] = []  # folded single gaps, float64
+        self._num_folded = 0  # gaps in the flat arrays (chunks and single gaps)
+        self.spill_after = spill_after  # folded gaps held in memory before spilling
+        self.store: GapFile | None = None  # the spilled gaps, once there are that many
 
     def add(self, gaps: np.ndarray | float, weight: int | np.ndarray = 1) -> None:
         """Record gaps; `weight` is the number of tokens that saw each gap."""
@@ -45,8 +54,7 @@ class GapLog:
             if weight == 1:
                 self._scalars.append(gaps)
                 if len(self._scalars) >= FOLD:
-                    self._flat_scalars.append(np.asarray(self._scalars, dtype=np.float64))
-                    self._scalars = []
+                    self._fold_scalars()
                 return
             gaps = np.array((gaps,))
         self._values.append(gaps)
@@ -54,17 +62,58 @@ class GapLog:
         if len(self._values) >= FOLD:
             self._fold()
 
+    def _fold_scalars(self) -> None:
+        """Move the pending single gaps into a flat array (or the spill files)."""
+        values = np.asarray(self._scalars, dtype=np.float64)
+        self._scalars = []
+        if self.store is not None:
+            self.store.add_scalars(values)
+            return
+        self._flat_scalars.append(values)
+        self._num_folded += len(values)
+        if self._num_folded > self.spill_after:
+            self._spill()
+
     def _fold(self) -> None:
-        """Move the pending adds into the flat arrays."""
+        """Move the pending adds into the flat arrays (or the spill files)."""
         values, weights = self._pending()
         self._values, self._weights = [], []
+        if self.store is not None:
+            self.store.add(values, weights)
+            return
         run_weights, run_lengths = runs(weights)
         self._flat.append(values)
         self._run_weights.append(run_weights)
         self._run_lengths.append(run_lengths)
+        self._num_folded += len(values)
+        if self._num_folded > self.spill_after:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Move every folded gap to temporary files; later folds go there too."""
+        self.store = GapFile()
+        for values, w, n in zip(self._flat, self._run_weights, self._run_lengths):
+            self.store.add(values, np.repeat(w, n))
+        for values in self._flat_scalars:
+            self.store.add_scalars(values)
+        self._flat, self._run_weights, self._run_lengths, self._flat_scalars = [], [], [], []
+
+    def finish(self) -> GapFile | None:
+        """Fold what is pending; the spill files when the gaps went there, else None."""
+        if self.store is not None:
+            if self._values:
+                self._fold()
+            if self._scalars:
+                self._fold_scalars()
+        return self.store
 
     def _pending(self) -> tuple[np.ndarray, np.ndarray]:
         """The pending adds' gaps (float64) and weights (int64), one value each."""
+        if self._values and all(type(w) is int for w in self._weights) and all(
+                type(v) is np.ndarray and v.ndim == 1 for v in self._values):  # the usual adds
+            return (np.concatenate(self._values).astype(np.float64, copy=False),
+                    np.repeat(np.array(self._weights, dtype=np.int64),
+                              [len(v) for v in self._values]))
         values = [np.asarray(v, dtype=np.float64).ravel() for v in self._values]
         weights = [np.broadcast_to(np.asarray(w, dtype=np.int64), np.shape(v)).ravel()
                    for v, w in zip(self._values, self._weights)]
@@ -73,6 +122,9 @@ class GapLog:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """All gaps and their weights: chunks in add order, then single gaps in add order."""
+        store = self.finish()
+        if store is not None:
+            return store.read(0, store.num_values)
         pending_values, pending_weights = self._pending()
         scalars = self._flat_scalars + [np.asarray(self._scalars, dtype=np.float64)]
         values = np.concatenate(self._flat + [pending_values] + scalars)
@@ -91,31 +143,32 @@ def runs(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class StepLog:
-    """Step rows kept as columns: Python lists for the latest FOLD rows, numpy arrays before
-    (each column's dtype inferred by numpy as pandas would infer it from the list)."""
+    """Step rows kept as columns: the latest rows as tuples (one append a step), numpy arrays
+    before, every FOLD rows (each column's dtype inferred by numpy as pandas would infer it from
+    the list)."""
 
     def __init__(self) -> None:
-        self._lists: dict[str, list] = {c: [] for c in STEP_COLUMNS}  # latest rows
+        self._rows: list[tuple] = []  # latest rows, in STEP_COLUMNS order
         self._arrays: dict[str, list[np.ndarray]] = {c: [] for c in STEP_COLUMNS}  # folded
         self.num_rows = 0  # rows recorded
 
     def append(self, row: tuple) -> None:
         """One step's values, in STEP_COLUMNS order."""
-        lists = self._lists
-        for column, value in zip(STEP_COLUMNS, row):
-            lists[column].append(value)
+        rows = self._rows
+        rows.append(row)
         self.num_rows += 1
-        if len(lists["start_s"]) >= FOLD:
-            for column in STEP_COLUMNS:
-                self._arrays[column].append(np.asarray(lists[column]))
-                lists[column] = []
+        if len(rows) >= FOLD:
+            for column, values in zip(STEP_COLUMNS, zip(*rows)):
+                self._arrays[column].append(np.asarray(values))
+            self._rows = []
 
     def column(self, name: str) -> np.ndarray | list:
         """Every value of column `name`, in row order (a list while nothing is folded)."""
+        i = STEP_COLUMNS.index(name)
+        tail = [row[i] for row in self._rows]
         if not self._arrays[name]:
-            return self._lists[name]
-        tail = [np.asarray(self._lists[name])] if self._lists[name] else []
-        return np.concatenate(self._arrays[name] + tail)
+            return tail
+        return np.concatenate(self._arrays[name] + ([np.asarray(tail)] if tail else []))
 
     def as_dict(self) -> dict[str, np.ndarray | list]:
         return {c: self.column(c) for c in STEP_COLUMNS}
@@ -129,6 +182,7 @@ class Recorder:
     step_log: StepLog = field(default_factory=StepLog)  # one row per step (STEP_COLUMNS)
     num_oom_events: int = 0  # steps that ran out of KV memory
     events: list[tuple[float, str, int, str]] = field(default_factory=list)  # (t, kind, id, info)
+    records: RecordLog | None = None  # final requests' records, when the run keeps no objects
 
     def record_step(self, instance_id: int, start_s: float, duration_s: float,
                     num_iterations: int, num_seqs: int, num_new_tokens: int,
@@ -136,10 +190,9 @@ class Recorder:
                     reserved_kv_tokens: int, oom: bool, sched_s: float = 0.0,
                     sched_gap_s: float = 0.0, policy_host_s: float = 0.0) -> None:
         """Append one step's row (see STEP_COLUMNS)."""
-        row = (instance_id, start_s, duration_s, num_iterations, num_seqs, num_new_tokens,
-               num_context_tokens, num_computed_tokens, kv_tokens, reserved_kv_tokens, oom,
-               sched_s, sched_gap_s, policy_host_s)
-        self.step_log.append(row)
+        self.step_log.append((instance_id, start_s, duration_s, num_iterations, num_seqs,
+                              num_new_tokens, num_context_tokens, num_computed_tokens, kv_tokens,
+                              reserved_kv_tokens, oom, sched_s, sched_gap_s, policy_host_s))
         if oom:
             self.num_oom_events += 1
 
@@ -153,7 +206,7 @@ class Recorder:
         return self.step_log.as_dict()
 
     def steps_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.steps, columns=list(STEP_COLUMNS))
+        return pd.DataFrame(self.steps, columns=list(STEP_COLUMNS), copy=False)  # no 2-D copy
 
     def events_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.events, columns=["time_s", "kind", "request_id", "info"])

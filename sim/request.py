@@ -283,8 +283,15 @@ def emit_together(requests: list[Request], counts: list[int], time_s: float,
 
 
 def requests_from_trace(trace: "pd.DataFrame") -> list[Request]:
-    """Requests for every row of a trace DataFrame (schema of `traces.schema`); ids = row order."""
-    cols = trace.columns
+    """Requests for every row of a trace DataFrame (schema of `traces.schema`); ids = row order.
+    The engine builds them lazily instead (sim/request_source.py: TraceRequests)."""
+    cols = trace_columns(trace)
+    return [request_from_row(cols, i) for i in range(len(trace))]
+
+
+def trace_columns(trace: "pd.DataFrame") -> dict[str, np.ndarray | list | None]:
+    """A trace's columns as requests read them: arrival / prompt / output arrays (arrivals
+    checked), the optional per-row columns as lists (None when absent)."""
     arrival = trace["arrival_s"].to_numpy(dtype=np.float64)
     if len(arrival) and not float(np.max(np.abs(arrival))) <= MAX_ARRIVAL_S:
         row = int(np.argmax(~(np.abs(arrival) <= MAX_ARRIVAL_S)))
@@ -292,24 +299,27 @@ def requests_from_trace(trace: "pd.DataFrame") -> list[Request]:
                          f"in seconds from the trace's start within {MAX_ARRIVAL_S:g} s "
                          f"(float64 keeps microseconds only there): shift arrivals so the "
                          f"trace starts at 0")
-    prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
-    output = trace["output_tokens"].to_numpy(dtype=np.int64)
-    text = trace["text"].tolist() if "text" in cols else None
-    app = trace["app"].tolist() if "app" in cols else None
-    session = trace["session_id"].tolist() if "session_id" in cols else None
-    blocks = trace["block_ids"].tolist() if "block_ids" in cols else None
-    granule = trace["block_tokens"].tolist() if "block_tokens" in cols else None
-    out = []
-    for i in range(len(trace)):
-        out.append(Request(
-            i, float(arrival[i]), int(prompt[i]), int(output[i]),
-            text=None if text is None else text[i],
-            app=None if app is None else app[i],
-            session_id=None if session is None else (None if session[i] is None
-                                                     else str(session[i])),
-            block_ids=None if blocks is None else tuple(int(b) for b in blocks[i]),
-            block_tokens=None if granule is None else _optional_int(granule[i])))
+    out: dict[str, np.ndarray | list | None] = {
+        "arrival_s": arrival, "prompt_tokens": trace["prompt_tokens"].to_numpy(dtype=np.int64),
+        "output_tokens": trace["output_tokens"].to_numpy(dtype=np.int64)}
+    for name in ("text", "app", "session_id", "block_ids", "block_tokens"):
+        out[name] = trace[name].tolist() if name in trace.columns else None
     return out
+
+
+def request_from_row(cols: dict, i: int) -> Request:
+    """The Request of row `i` of `trace_columns`."""
+    text, app, session = cols["text"], cols["app"], cols["session_id"]
+    blocks, granule = cols["block_ids"], cols["block_tokens"]
+    return Request(
+        i, float(cols["arrival_s"][i]), int(cols["prompt_tokens"][i]),
+        int(cols["output_tokens"][i]),
+        text=None if text is None else text[i],
+        app=None if app is None else app[i],
+        session_id=None if session is None else (None if session[i] is None
+                                                 else str(session[i])),
+        block_ids=None if blocks is None else tuple(int(b) for b in blocks[i]),
+        block_tokens=None if granule is None else _optional_int(granule[i]))
 
 
 def _optional_int(value: object) -> int | None:

@@ -14,11 +14,12 @@ import pandas as pd
 from sim.engine import InstanceStats, Simulation
 from sim.executor import Executor, InstanceInfo
 from sim.limits import resolve_max_model_len
-from sim.metrics import instance_frame, request_records, summarize
+from sim.metrics import instance_frame, records_frame, summarize
 from sim.overhead import SchedulingOverhead
 from sim.policy import PolicyFactory
-from sim.recorder import Recorder
-from sim.request import requests_from_trace
+from sim.record_log import RecordLog
+from sim.recorder import Recorder, StepLog
+from sim.request_source import TraceRequests
 
 
 @dataclass
@@ -44,8 +45,8 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
     outputs cut where prompt + output reach it (sim/limits.py). With `max_concurrency` N at
     most N requests are in the system at once (closed loop, sim/engine.py)."""
     limit = resolve_max_model_len(executors, max_model_len)
-    requests = requests_from_trace(trace)
-    recorder = Recorder()
+    requests = TraceRequests(trace)  # built as they arrive, dropped when final
+    recorder = Recorder(records=RecordLog())
     infos = [InstanceInfo(i, ex.kv_capacity_tokens, getattr(ex, "name", ""),
                           getattr(ex, "has_draft", False)) for i, ex in enumerate(executors)]
     policy = make_policy(infos, recorder)
@@ -53,8 +54,9 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
                                             on_done=on_done, overhead=overhead,
                                             max_model_len=limit,
                                             max_concurrency=max_concurrency).run()
-    records = request_records(requests)
+    records = records_frame(recorder.records.columns())
     summary = summarize(records, recorder, stats)
-    return RunResult(records, recorder.steps_frame(),
-                     instance_frame(stats, summary["duration_s"]), recorder.events_frame(),
-                     summary)
+    steps = recorder.steps_frame()
+    recorder.step_log = StepLog()  # its folded columns are in `steps` now: free them
+    return RunResult(records, steps, instance_frame(stats, summary["duration_s"]),
+                     recorder.events_frame(), summary)

@@ -1,0 +1,20 @@
+"""One instance's state under a paged-KV policy (policies/paged.py): queues and KV cache."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from sim.block_counter import KVBlocks
+from sim.request import Request
+
+
+@dataclass
+class PagedInstance:
+    """One instance's queues and KV cache."""
+
+    blocks: KVBlocks  # the instance's paged KV cache (counts only, without prefix caching)
+    waiting: deque[Request] = field(default_factory=deque)  # routed here; preempted at the head
+    running: list[Request] = field(default_factory=list)  # admitted, in admission order
+    in_flight: list[Request] = field(default_factory=list)  # the running step's requests
+    num_pending_blocks: int = 0  # blocks the step in flight takes after its first iteration
