@@ -63,7 +63,12 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "fidelity": Subcommand("experiments.fidelity",
                            "cost model vs measured timings of a profile folder", (
         "servesim fidelity ../shared/data/profiles",
-        "servesim fidelity ../shared/data/profiles --cost-model stage --gpu A100-80GB")),
+        "servesim fidelity ../shared/data/profiles --cost-model roofline --gpu A100-80GB")),
+    "fidelity-e2e": Subcommand("experiments.fidelity_e2e",
+                               "cost model vs measured end-to-end engine step times", (
+        "servesim fidelity-e2e perf_model.csv               # splitwise-sim's layout",
+        "servesim fidelity-e2e perf_model.csv --set cpu_launch_per_layer_s=5.5e-4 "
+        "--model bloom-176b=configs/bloom")),
     "bench-calibrate": Subcommand("experiments.bench_calibrate",
                                   "fit engine terms to a vllm/sglang benchmark result", (
         "servesim bench-calibrate result.json --model llama-2-7b --gpu A100-80GB",
