@@ -33,6 +33,9 @@ TOLERANCES: dict[str, float] = {
 }
 
 
+CLUSTER_OF = {"disagg": {"cluster": {"num_instances": 2}}}  # policies needing more than one
+
+
 def canonical_config() -> dict[str, Any]:
     """The regression sweep: every registered policy, defaults, two loads, one seed."""
     from policies.registry import policy_names
@@ -41,7 +44,7 @@ def canonical_config() -> dict[str, Any]:
         "name": "regression",
         "workload": {"synthetic": {"num_requests": 150, "lengths": "sharegpt"}},
         "cluster": {"model": "llama-2-7b", "gpu": "A100-40GB"},
-        "policies": [{"name": name} for name in policy_names()],
+        "policies": [{"name": name, **CLUSTER_OF.get(name, {})} for name in policy_names()],
         "request_rates": [1.0, 4.0],
         "seeds": [0],
     }

@@ -33,6 +33,7 @@ BUILTIN_POLICIES: dict[str, str] = {
     "magnus": "policies.magnus.policy",
     "djl": "policies.djl",
     "lacb": "policies.length_aware.policy",
+    "disagg": "policies.disagg",
 }
 
 # policy name -> the real system (and version) it follows, one line (`--list`, docs/policies.md)
@@ -52,6 +53,8 @@ FOLLOWS: dict[str, str] = {
     "glp": "Magnus ablation: length prediction + WMA batching, fixed batch size (ICWS 2024)",
     "abp": "Magnus ablation: GLP without the batch size cap (ICWS 2024)",
     "magnus": "Magnus: length prediction, adaptive batches, HRRN (Cheng et al., ICWS 2024)",
+    "disagg": "prefill/decode disaggregation with KV transfer over a modelled link (DistServe, "
+              "OSDI 2024; Splitwise, ISCA 2024); a paged policy per pool",
 }
 
 _REGISTRY: dict[str, type[Policy]] = {}

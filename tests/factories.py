@@ -89,3 +89,15 @@ def with_block_ids(df: pd.DataFrame, block_tokens: int = 8) -> pd.DataFrame:
                         for p, o in zip(df["prompt_tokens"], df["output_tokens"])]
     out["block_tokens"] = block_tokens
     return out
+
+
+# Parameters a policy needs to run on the test executors above (which name no model), and the
+# fewest instances it runs on: `disagg` splits instances into a prefill and a decode pool and
+# sizes the KV it transfers from the model, so give it a KV size per token.
+GENERIC_PARAMS: dict[str, dict] = {"disagg": {"kv_bytes_per_token": 131072.0}}
+MIN_INSTANCES: dict[str, int] = {"disagg": 2}
+
+
+def generic_params(policy: str, params: dict | None = None) -> dict:
+    """`params` on top of what `policy` needs to run on LinearExecutor."""
+    return {**GENERIC_PARAMS.get(policy, {}), **(params or {})}

@@ -8,7 +8,7 @@ import pytest
 from policies.registry import policy_names
 from policies.simulate import simulate
 from sim.executor import Step, StepResult
-from tests.factories import LinearExecutor, make_trace, random_trace
+from tests.factories import LinearExecutor, generic_params, make_trace, random_trace
 
 
 class OneIterationExecutor:
@@ -70,8 +70,8 @@ def test_static_batch_pads_and_wastes_slots():
 def test_jumping_over_decode_runs_is_exact(policy):
     trace = random_trace(np.random.default_rng(3), 60, rate=20.0)
     ex = LinearExecutor(capacity=6000, per_ctx_s=1e-6)
-    jump = simulate(trace, policy, {}, [ex, ex])
-    step = simulate(trace, policy, {}, [OneIterationExecutor(ex)] * 2)
+    jump = simulate(trace, policy, generic_params(policy), [ex, ex])
+    step = simulate(trace, policy, generic_params(policy), [OneIterationExecutor(ex)] * 2)
     for col in ("first_token_s", "finish_s", "scheduled_s", "max_itl_s"):
         np.testing.assert_allclose(jump.records[col], step.records[col], rtol=1e-9, atol=1e-9)
     for key in ("p99_itl_s", "median_itl_s", "num_computed_tokens"):

@@ -11,7 +11,7 @@ from policies.simulate import simulate
 from sim.cluster import ClusterSpec
 from sim.errors import ConfigError
 from sim.overhead import SchedulingOverhead, build_overhead, overhead_kwargs
-from tests.factories import LinearExecutor, make_trace, random_trace
+from tests.factories import LinearExecutor, generic_params, make_trace, random_trace
 from tests.test_engine import OneIterationExecutor
 
 EX = LinearExecutor(base_s=0.01, per_token_s=1e-4, per_ctx_s=1e-6)
@@ -95,8 +95,9 @@ def test_jumping_over_decode_runs_stays_exact_with_overhead(policy, mode):
     trace = random_trace(np.random.default_rng(3), 60, rate=20.0)
     ex = LinearExecutor(capacity=6000, per_ctx_s=1e-6)
     ov = SchedulingOverhead(fixed_s=0.003, per_request_s=0.0004, per_token_s=2e-6, mode=mode)
-    jump = simulate(trace, policy, {}, [ex, ex], overhead=ov)
-    step = simulate(trace, policy, {}, [OneIterationExecutor(ex)] * 2, overhead=ov)
+    jump = simulate(trace, policy, generic_params(policy), [ex, ex], overhead=ov)
+    step = simulate(trace, policy, generic_params(policy), [OneIterationExecutor(ex)] * 2,
+                    overhead=ov)
     for col in ("first_token_s", "finish_s", "scheduled_s", "max_itl_s"):
         np.testing.assert_allclose(jump.records[col], step.records[col], rtol=1e-9, atol=1e-9)
     for key in ("p99_itl_s", "num_computed_tokens", "gpu_busy_frac", "scheduling_s",

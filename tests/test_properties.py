@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from policies.registry import policy_names
 from policies.simulate import simulate
-from tests.factories import LinearExecutor, with_block_ids
+from tests.factories import MIN_INSTANCES, LinearExecutor, generic_params, with_block_ids
 
 POLICIES = policy_names()
 
@@ -100,7 +100,8 @@ def check_invariants(trace: pd.DataFrame, policy: str, executors: list,
 def test_invariants_hold_for_every_policy(policy, trace, capacity, instances, variant):
     ex = LinearExecutor(capacity=capacity, per_ctx_s=1e-6, draft_s=1e-3)  # draft: speculation
     params = ([{}] + VARIANTS.get(policy, []))[variant % (1 + len(VARIANTS.get(policy, [])))]
-    check_invariants(trace, policy, [ex] * instances, params)
+    instances = max(instances, MIN_INSTANCES.get(policy, 1))
+    check_invariants(trace, policy, [ex] * instances, generic_params(policy, params))
 
 
 def test_every_policy_is_covered():

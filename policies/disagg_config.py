@@ -1,0 +1,90 @@
+"""`disagg`'s parameters and what it derives from the cluster: the link and KV bytes per token."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from sim.errors import ConfigError
+from sim.executor import InstanceInfo
+from sim.kv_transfer import TransferLink, link_preset, read_send_recv
+
+from policies.base import PolicyConfig
+
+
+@dataclass(frozen=True)
+class DisaggConfig(PolicyConfig):
+    """Prefill/decode disaggregation over the cluster's instances."""
+
+    num_prefill: int = 1  # the first num_prefill instances prefill, the rest decode
+    prefill_policy: str = "vllm"  # the prefill pool's paged policy (vllm | vllm_v0 | sarathi)
+    prefill_params: Mapping[str, Any] = field(default_factory=dict)  # its parameters
+    decode_policy: str = "vllm"  # the decode pool's paged policy
+    decode_params: Mapping[str, Any] = field(default_factory=dict)  # its parameters (router:
+    # how a request's KV is placed on a decode instance)
+    link: str = "rdma_400g"  # sim/kv_transfer.py preset: nvlink, pcie4, pcie5, rdma_200g, ...
+    send_recv_csv: str = ""  # a Vidur send_recv.csv: its measured curve instead of `link`
+    send_recv_inter_node: bool = True  # the curve's inter-node rows (else intra-node)
+    layerwise: bool = False  # stream KV layer by layer during the prefill (overlap)
+    serialize_link: bool = True  # a prefill instance sends one transfer at a time (its NIC)
+    kv_bytes_per_token: float = 0.0  # bytes of KV per prompt token sent; 0: from the model
+    model: str = ""  # model whose KV is sent ("": the one the instances serve, from their names)
+
+    def __post_init__(self) -> None:
+        if self.num_prefill < 1:
+            raise ConfigError("num_prefill", self.num_prefill, "must be >= 1 (a prefill pool "
+                              "of at least one instance)")
+        for name in ("prefill_params", "decode_params"):
+            if not isinstance(getattr(self, name), Mapping):
+                raise ConfigError(name, getattr(self, name), "must be a mapping of parameters")
+        if not (0 <= self.kv_bytes_per_token < math.inf):
+            raise ConfigError("kv_bytes_per_token", self.kv_bytes_per_token,
+                              "must be >= 0 bytes (0: from the model)")
+        if not self.send_recv_csv:
+            link_preset(self.link, "link")
+
+    def __hash__(self) -> int:  # the parameter mappings are dicts
+        return hash((self.num_prefill, self.prefill_policy, self.decode_policy, self.link))
+
+    def build_link(self) -> TransferLink:
+        """The link KV crosses: the measured curve when given, else the preset."""
+        if self.send_recv_csv:
+            return read_send_recv(self.send_recv_csv, self.send_recv_inter_node)
+        return link_preset(self.link, "link")
+
+
+def check_instances(config: DisaggConfig, infos: Sequence[InstanceInfo]) -> None:
+    """Refuse clusters disagg does not serve: a pool with no instance, backends other than the
+    cost models (the real engine, HF static batches)."""
+    if config.num_prefill >= len(infos):
+        raise ConfigError("num_prefill", config.num_prefill,
+                          f"leaves no decode instance of the cluster's {len(infos)} (each pool "
+                          f"needs at least one)")
+    for info in infos:  # a draft model only costs memory here: pools never speculate
+        if "[" in info.name or "(hf_static)" in info.name:
+            raise ConfigError("cluster.backend", info.name, "disagg runs on the cost-model "
+                              "backend only (not the real engine or hf_static)")
+
+
+def model_of(config: DisaggConfig, infos: Sequence[InstanceInfo]) -> tuple[float, int]:
+    """(KV bytes per token, layers) of the served model: `model` when given, else the first word
+    of the instances' names (deployment names: "<model> <dtype>[ kv-<kv dtype>] on <gpu> ...").
+    An explicit `kv_bytes_per_token` wins over the model's; layers are then 1 if unknown."""
+    from sim.cost_model import kv_dtype_bytes
+    from sim.models import resolve_model
+
+    names = {info.name.split(" ")[0] for info in infos} if not config.model else {config.model}
+    kv = {w[3:] for info in infos for w in info.name.split(" ") if w.startswith("kv-")}
+    try:
+        models = [resolve_model(n) for n in sorted(names)]
+    except ConfigError:
+        if config.kv_bytes_per_token > 0:
+            return config.kv_bytes_per_token, 1
+        raise ConfigError("model", config.model or sorted(names)[0], "cannot tell the served "
+                          "model from the instances: set model or kv_bytes_per_token") from None
+    if len(models) != 1 or len(kv) > 1:
+        raise ConfigError("model", sorted(names), "pools serve one model with one KV dtype")
+    m = models[0]
+    per_token = m.kv_bytes_per_token(kv_dtype_bytes(kv.pop() if kv else "fp16"))
+    return (config.kv_bytes_per_token or per_token), m.num_layers
