@@ -8,7 +8,7 @@ request (wall / requests) relative to the smallest size of the same policy: 1.0 
 Prints figures, asserts nothing about speed.
 
     python benchmarks/scale.py [--sizes 10000,100000,1000000] [--policies vllm_v0,sarathi,orca]
-        [--cost-model roofline] [--rate 2] [--seed 0]
+        [--cost-model roofline] [--rate 2] [--seed 0] [--in-memory]
 
 The cost model is always named (`cluster.cost_model: {kind: roofline}` by default), so the
 figures do not move when the default kind changes. `vllm_v0` (vLLM's v0 scheduler) resolves to the
@@ -92,8 +92,13 @@ def build_trace(size: int, rate: float, seed: int):
                          "output_tokens": lengths["output_tokens"]})
 
 
-def child(policy: str, size: int, rate: float, seed: int, cost_model: str, t_start: float) -> None:
-    """Run one simulation and print its Figures as one JSON line."""
+def child(policy: str, size: int, rate: float, seed: int, cost_model: str, t_start: float,
+          in_memory: bool = False) -> None:
+    """Run one simulation and print its Figures as one JSON line. Steps are streamed to a
+    parquet file in a temporary directory, as `experiments.run --out` does, unless
+    `in_memory` (the steps frame then stays in memory, as `policies.simulate.simulate` gives)."""
+    import tempfile
+
     import sim
     from policies.simulate import simulate
     from sim.cluster import ClusterSpec, build_executors
@@ -102,12 +107,15 @@ def child(policy: str, size: int, rate: float, seed: int, cost_model: str, t_sta
     trace = build_trace(size, rate, seed)
     executors = build_executors(ClusterSpec(model="llama-2-7b", gpu="A100-80GB",
                                             cost_model=cost_model_options(cost_model)))
-    t0 = time.perf_counter()
-    res = simulate(trace, resolved, policy_params(resolved), executors, seed=seed)
-    wall = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
+        stream = {} if in_memory else {"steps_path": Path(tmp) / "steps.parquet"}
+        t0 = time.perf_counter()
+        res = simulate(trace, resolved, policy_params(resolved), executors, seed=seed, **stream)
+        wall = time.perf_counter() - t0
+        num_steps = res.num_steps if hasattr(res, "num_steps") else len(res.steps)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
     fig = Figures(policy, resolved, size, wall, time.perf_counter() - t_start, rss,
-                  int(res.summary["completed"]), len(res.steps),
+                  int(res.summary["completed"]), num_steps,
                   str(Path(sim.__file__).resolve().parents[1]))
     print(json.dumps(fig.__dict__))
 
@@ -116,6 +124,7 @@ def run_child(policy: str, size: int, args: argparse.Namespace) -> Figures:
     """One run in a fresh interpreter (so its peak RSS is its own)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", policy, str(size),
            "--rate", str(args.rate), "--seed", str(args.seed), "--cost-model", args.cost_model]
+    cmd += ["--in-memory"] if args.in_memory else []
     env = dict(os.environ)
     data = ROOT.parent / "shared" / "data"  # this checkout's traces, whichever tree is timed
     if "SIMSERVE_DATA_DIR" not in env and data.is_dir():
@@ -147,11 +156,13 @@ def main() -> None:
                     help="cluster.cost_model.kind, always passed explicitly")
     ap.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals, req/s")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--in-memory", action="store_true",
+                    help="keep the steps frame in memory (default: streamed to a temporary file)")
     ap.add_argument("--child", nargs=2, metavar=("POLICY", "SIZE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child[0], int(args.child[1]), args.rate, args.seed, args.cost_model,
-              time.perf_counter())
+              time.perf_counter(), args.in_memory)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"Llama-2-7B on 1 x A100-80GB; cost model {args.cost_model}; Poisson {args.rate:g} "

@@ -93,7 +93,8 @@ def write_csv(path: Path, frame: pd.DataFrame) -> None:
 
 def table_rows(result: RunResult) -> dict[str, int]:
     """{'records.parquet': rows, ...}: what write_run writes, for checking it on resume."""
-    return {f"{name}.parquet": len(getattr(result, name)) for name in RUN_TABLES}
+    return {f"{name}.parquet": result.num_steps if name == "steps" else len(getattr(result, name))
+            for name in RUN_TABLES}
 
 
 def write_run(run_dir: Path, result: RunResult, config: Mapping[str, Any]) -> None:
@@ -102,7 +103,10 @@ def write_run(run_dir: Path, result: RunResult, config: Mapping[str, Any]) -> No
         run_dir.mkdir(parents=True, exist_ok=True)
     for name in RUN_TABLES:
         with writing(run_dir / f"{name}.parquet"):
-            getattr(result, name).to_parquet(run_dir / f"{name}.parquet", index=False)
+            if name == "steps":  # a file the run streamed its steps to is moved, not read
+                result.write_steps(run_dir / "steps.parquet")
+            else:
+                getattr(result, name).to_parquet(run_dir / f"{name}.parquet", index=False)
     write_json(run_dir / "summary.json", result.summary)
     write_json(run_dir / "config.json", config)
 

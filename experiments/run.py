@@ -48,13 +48,18 @@ def run_sweep(cfg: ExperimentConfig, out_dir: Path, *, progress: bool = True, jo
     out_dir = prepare_out_dir(out_dir)
     for stale in (out_dir / "runs").glob(".*.tmp-*"):  # left by an interrupted sweep
         shutil.rmtree(stale, ignore_errors=True)
+    for stale in (out_dir / "runs").glob(".*.steps-*.parquet"):  # streamed, never persisted
+        stale.unlink(missing_ok=True)
+    with writing(out_dir / "runs"):
+        (out_dir / "runs").mkdir(exist_ok=True)
     experiment = experiment_record(cfg)
     write_json(out_dir / "config.json", experiment)
     rows, todo = resume(out_dir, cfg, specs)
     failures = []
     with tqdm(total=len(specs), initial=len(rows), desc=cfg.name, unit="run",
               disable=None if progress else True) as bar, \
-            closing(iter_outputs(cfg, todo, jobs, use_ray, progress)) as outputs:
+            closing(iter_outputs(cfg, todo, jobs, use_ray, progress,
+                                 out_dir / "runs")) as outputs:
         for done, out in enumerate(outputs, start=len(rows) + 1):
             bar.update(1)
             count = f"[{done}/{len(specs)}]"  # the bar is off without a terminal

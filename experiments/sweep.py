@@ -36,6 +36,8 @@ from experiments.workload import build_workload, load_base_trace, trace_path
 from sim.errors import ConfigError, TraceError
 from sim.simulate import RunResult
 
+STEPS_FILE = ".{}.steps-{}.parquet"  # a run's streamed steps in OUT/runs until persisted
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -134,11 +136,16 @@ def _load(cfg: ExperimentConfig) -> tuple[str | None, pd.DataFrame | None]:
 
 
 def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
-                 on_done: Callable[[int], None] | None = None) -> RunOutput:
-    """Build the run's workload and simulate it; errors come back as data, never raised."""
+                 on_done: Callable[[int], None] | None = None,
+                 steps_dir: Path | None = None) -> RunOutput:
+    """Build the run's workload and simulate it; errors come back as data, never raised.
+    With `steps_dir` (a directory the driver reads too) the run streams its steps to a hidden
+    parquet file there, which `persist` moves into the run's directory."""
     start = time.perf_counter()
     num_requests = 0
     digest = None
+    steps_path = None if steps_dir is None else steps_dir / STEPS_FILE.format(spec.name,
+                                                                              os.getpid())
     try:
         key = id(cfg)
         if key not in _BASE_TRACES:
@@ -150,16 +157,18 @@ def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
         if num_requests == 0:
             raise TraceError(spec.name, "the workload has no requests (check duration_s / "
                                         "max_requests)")
-        result = _simulate(cfg, spec, trace, on_done)
+        result = _simulate(cfg, spec, trace, on_done, steps_path)
         return RunOutput(spec, result, num_requests, time.perf_counter() - start,
                          trace_digest=digest)
     except Exception as exc:  # noqa: BLE001 - a failed run is recorded, the sweep goes on
+        if steps_path is not None:
+            steps_path.unlink(missing_ok=True)
         return RunOutput(spec, None, num_requests, time.perf_counter() - start,
                          f"{type(exc).__name__}: {exc}", traceback.format_exc(), digest)
 
 
 def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
-              on_done: Callable[[int], None] | None) -> RunResult:
+              on_done: Callable[[int], None] | None, steps_path: Path | None = None) -> RunResult:
     from experiments.executors import build_executors
     from policies.simulate import simulate
     from sim.overhead import overhead_kwargs
@@ -171,6 +180,8 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
         from real.replay import replay
     closed = cfg.workload.max_concurrency  # passed only when set (open loop otherwise)
     loop = {} if closed is None else {"max_concurrency": closed}
+    if steps_path is not None and cluster.backend != "real":
+        loop["steps_path"] = steps_path
     result = replay(trace, spec.entry.name, spec.entry.params, build_executors(cluster),
                     seed=spec.seed, on_done=on_done, max_model_len=cluster.max_model_len,
                     **overhead_kwargs(cluster), **loop)
@@ -232,8 +243,10 @@ def record_failures(out_dir: Path, failures: list[RunOutput]) -> None:
 
 
 def iter_outputs(cfg: ExperimentConfig, specs: list[RunSpec], jobs: int, use_ray: bool,
-                 progress: bool) -> Iterator[RunOutput]:
-    """Run `specs` inline, in a process pool, or on Ray; yield outputs as they complete."""
+                 progress: bool, steps_dir: Path | None = None) -> Iterator[RunOutput]:
+    """Run `specs` inline, in a process pool, or on Ray; yield outputs as they complete.
+    Inline runs stream their steps to files in `steps_dir`; pool workers and Ray tasks still
+    return frames (pickled back, as before)."""
     if use_ray:
         from experiments.ray_backend import ray_outputs
         yield from ray_outputs(simulate_run, cfg, specs)
@@ -241,7 +254,7 @@ def iter_outputs(cfg: ExperimentConfig, specs: list[RunSpec], jobs: int, use_ray
         for spec in specs:
             with tqdm(total=None, desc=spec.name, unit="req", leave=False,
                       disable=None if progress else True) as bar:
-                yield simulate_run(cfg, spec, on_done=bar.update)
+                yield simulate_run(cfg, spec, on_done=bar.update, steps_dir=steps_dir)
     else:
         yield from completed(simulate_run, [(cfg, spec) for spec in specs], jobs)
 

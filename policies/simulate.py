@@ -6,6 +6,7 @@ policy name through the registry into one, so `sim/` never imports `policies/`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
@@ -23,9 +24,10 @@ def simulate(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, 
              on_done: Callable[[int], None] | None = None,
              overhead: SchedulingOverhead | None = None,
              max_model_len: int | None = None,
-             max_concurrency: int | None = None) -> RunResult:
+             max_concurrency: int | None = None,
+             steps_path: Path | str | None = None) -> RunResult:
     """Replay `trace` through policy `policy_name` (with `policy_params`, RNG seeded by `seed`)
     on one executor per instance; see `sim.simulate.run_simulation` for the rest."""
     return run_simulation(trace, policy_factory(policy_name, policy_params, seed), executors,
                           on_done=on_done, overhead=overhead, max_model_len=max_model_len,
-                          max_concurrency=max_concurrency)
+                          max_concurrency=max_concurrency, steps_path=steps_path)

@@ -178,7 +178,12 @@ class BlockManager:
         return new
 
     def append_all(self, request_ids: Sequence[int], num_new_tokens: int) -> None:
-        """`append(r, num_new_tokens)` for every id in `request_ids`, in order."""
+        """`append(r, num_new_tokens)` for every id in `request_ids`, in order, all or none:
+        OutOfBlocks, with nothing changed, when the free blocks do not cover them all."""
+        need = sum(self.blocks_to_append(rid, num_new_tokens) for rid in request_ids)
+        if need > self.num_free_blocks:
+            raise OutOfBlocks(f"{len(request_ids)} requests need {need} blocks, "
+                              f"{self.num_free_blocks} free")
         for rid in request_ids:
             self.append(rid, num_new_tokens)
 

@@ -8,12 +8,14 @@ float per token.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from sim.gap_store import GapFile
 from sim.record_log import RecordLog
+from sim.step_store import StepStore, write_parquet
 
 STEP_COLUMNS = ("instance_id", "start_s", "duration_s", "num_iterations", "num_seqs",
                 "num_new_tokens", "num_context_tokens", "num_computed_tokens", "kv_tokens",
@@ -25,6 +27,7 @@ STEP_COLUMNS = ("instance_id", "start_s", "duration_s", "num_iterations", "num_s
 
 FOLD = 4096  # pending adds (or scalar gaps) folded into flat arrays at a time
 SPILL = 1 << 21  # folded gaps kept in memory; past it every fold goes to a temporary file
+STEP_SPILL = 1 << 18  # folded step rows kept in memory; past it they go to temporary files
 
 
 class GapLog:
@@ -145,12 +148,17 @@ def runs(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class StepLog:
     """Step rows kept as columns: the latest rows as tuples (one append a step), numpy arrays
     before, every FOLD rows (each column's dtype inferred by numpy as pandas would infer it from
-    the list)."""
+    the list). Past `spill_after` folded rows the folded columns move to temporary files
+    (sim/step_store.py) and later folds follow them: memory stays bounded, and `write_parquet`
+    writes the steps file one row group at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, spill_after: int = STEP_SPILL) -> None:
         self._rows: list[tuple] = []  # latest rows, in STEP_COLUMNS order
         self._arrays: dict[str, list[np.ndarray]] = {c: [] for c in STEP_COLUMNS}  # folded
         self.num_rows = 0  # rows recorded
+        self._num_folded = 0  # rows in the folded arrays (in memory)
+        self.spill_after = spill_after  # folded rows held in memory before spilling
+        self.store: StepStore | None = None  # the spilled rows, once there are that many
 
     def append(self, row: tuple) -> None:
         """One step's values, in STEP_COLUMNS order."""
@@ -158,20 +166,58 @@ class StepLog:
         rows.append(row)
         self.num_rows += 1
         if len(rows) >= FOLD:
-            for column, values in zip(STEP_COLUMNS, zip(*rows)):
-                self._arrays[column].append(np.asarray(values))
-            self._rows = []
+            self._fold()
+
+    def _fold(self) -> None:
+        """Move the latest rows into the folded arrays (or the spill files)."""
+        columns = [np.asarray(values) for values in zip(*self._rows)]
+        self._rows = []
+        if self.store is not None:
+            self.store.add(columns)
+            return
+        for column, values in zip(STEP_COLUMNS, columns):
+            self._arrays[column].append(values)
+        self._num_folded += len(columns[0])
+        if self._num_folded > self.spill_after:
+            self.store = StepStore(STEP_COLUMNS)
+            for chunks in zip(*(self._arrays[c] for c in STEP_COLUMNS)):
+                self.store.add(chunks)
+            self._arrays = {c: [] for c in STEP_COLUMNS}
+            self._num_folded = 0
 
     def column(self, name: str) -> np.ndarray | list:
         """Every value of column `name`, in row order (a list while nothing is folded)."""
         i = STEP_COLUMNS.index(name)
         tail = [row[i] for row in self._rows]
-        if not self._arrays[name]:
+        folded = self._arrays[name]
+        if self.store is not None:
+            folded = [self.store.read(name)]
+        if not folded:
             return tail
-        return np.concatenate(self._arrays[name] + ([np.asarray(tail)] if tail else []))
+        return np.concatenate(folded + ([np.asarray(tail)] if tail else []))
 
     def as_dict(self) -> dict[str, np.ndarray | list]:
         return {c: self.column(c) for c in STEP_COLUMNS}
+
+    def frame(self) -> pd.DataFrame:
+        """Every step as a DataFrame (STEP_COLUMNS)."""
+        return pd.DataFrame(self.as_dict(), columns=list(STEP_COLUMNS), copy=False)
+
+    def write_parquet(self, path: Path | str) -> None:
+        """`self.frame().to_parquet(path, index=False)`, byte for byte, holding one row group
+        at a time when the rows were spilled."""
+        if self.store is None:
+            self.frame().to_parquet(path, index=False)
+            return
+        if self._rows:
+            self._fold()  # the tail joins the store (np.concatenate casts it the same way)
+        write_parquet(path, self.num_rows, STEP_COLUMNS, self.store.read)
+
+    def close(self) -> None:
+        """Drop every row (and remove the spill files)."""
+        if self.store is not None:
+            self.store.close()
+        self.__init__(self.spill_after)
 
 
 @dataclass
@@ -206,7 +252,7 @@ class Recorder:
         return self.step_log.as_dict()
 
     def steps_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.steps, columns=list(STEP_COLUMNS), copy=False)  # no 2-D copy
+        return self.step_log.frame()  # no 2-D copy
 
     def events_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.events, columns=["time_s", "kind", "request_id", "info"])

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 import pandas as pd
@@ -18,19 +20,52 @@ from sim.metrics import instance_frame, records_frame, summarize
 from sim.overhead import SchedulingOverhead
 from sim.policy import PolicyFactory
 from sim.record_log import RecordLog
-from sim.recorder import Recorder, StepLog
+from sim.recorder import Recorder
 from sim.request_source import TraceRequests
 
 
 @dataclass
 class RunResult:
-    """Everything a run produced: flat per-request and per-step records plus a summary."""
+    """Everything a run produced: flat per-request and per-step records plus a summary.
+
+    `steps` is a DataFrame, or the path of the run's steps parquet file when the run streamed
+    its steps there (`run_simulation(steps_path=...)`): the attribute then reads the file back
+    on demand, and `write_steps` / `num_steps` use the file without reading it."""
 
     records: pd.DataFrame  # one row per request (sim.metrics.RECORD_COLUMNS and latencies)
-    steps: pd.DataFrame  # one row per executed Step (sim.recorder.STEP_COLUMNS)
+    _steps: pd.DataFrame | Path  # one row per executed Step (sim.recorder.STEP_COLUMNS)
     instances: pd.DataFrame  # one row per instance
     events: pd.DataFrame  # scheduler events (OOM, preemption, retraining...)
     summary: dict[str, float]  # run-level metrics
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """One row per executed Step (read back from its parquet file when streamed)."""
+        if isinstance(self._steps, pd.DataFrame):
+            return self._steps
+        return pd.read_parquet(self._steps)
+
+    @property
+    def steps_path(self) -> Path | None:
+        """The steps parquet file the run streamed its steps to, if it did."""
+        return None if isinstance(self._steps, pd.DataFrame) else Path(self._steps)
+
+    @property
+    def num_steps(self) -> int:
+        """Rows of `steps`."""
+        if isinstance(self._steps, pd.DataFrame):
+            return len(self._steps)
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(self._steps).metadata.num_rows
+
+    def write_steps(self, path: Path | str) -> None:
+        """`steps.to_parquet(path, index=False)`; a streamed file is moved there as it is."""
+        if isinstance(self._steps, pd.DataFrame):
+            self._steps.to_parquet(path, index=False)
+        else:
+            shutil.move(self._steps, path)
+            self._steps = Path(path)
 
 
 def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
@@ -38,12 +73,15 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
                    on_done: Callable[[int], None] | None = None,
                    overhead: SchedulingOverhead | None = None,
                    max_model_len: int | None = None,
-                   max_concurrency: int | None = None) -> RunResult:
+                   max_concurrency: int | None = None,
+                   steps_path: Path | str | None = None) -> RunResult:
     """Replay `trace` through the policy `make_policy` builds, on one executor per instance,
     with the scheduler CPU time `overhead` models (sim.overhead) before each iteration, if
     given. Prompts longer than `max_model_len` (default: the model's context) are rejected and
     outputs cut where prompt + output reach it (sim/limits.py). With `max_concurrency` N at
-    most N requests are in the system at once (closed loop, sim/engine.py)."""
+    most N requests are in the system at once (closed loop, sim/engine.py). With `steps_path`
+    the steps go to that parquet file as the run ends (written from the spilled step log one row
+    group at a time, never as one frame) and the result reads them back only when asked."""
     limit = resolve_max_model_len(executors, max_model_len)
     requests = TraceRequests(trace)  # built as they arrive, dropped when final
     recorder = Recorder(records=RecordLog())
@@ -54,9 +92,18 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
                                             on_done=on_done, overhead=overhead,
                                             max_model_len=limit,
                                             max_concurrency=max_concurrency).run()
+    steps: pd.DataFrame | Path
+    if steps_path is not None:  # written before the records frame exists: lower peak memory
+        try:
+            recorder.step_log.write_parquet(steps_path)
+            steps = Path(steps_path)
+        except OSError:  # a full disk: keep the frame; the caller's own write names the error
+            Path(steps_path).unlink(missing_ok=True)
+            steps_path = None
     records = records_frame(recorder.records.columns())
     summary = summarize(records, recorder, stats)
-    steps = recorder.steps_frame()
-    recorder.step_log = StepLog()  # its folded columns are in `steps` now: free them
+    if steps_path is None:
+        steps = recorder.steps_frame()
+    recorder.step_log.close()  # its folded columns are in `steps` now: free them
     return RunResult(records, steps, instance_frame(stats, summary["duration_s"]),
                      recorder.events_frame(), summary)
