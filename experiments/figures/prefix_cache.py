@@ -36,7 +36,7 @@ RATE_SWEEPS = {  # sweep -> (figure stem, title)
                         "A100-80GB), vllm: routers with prefix reuse"),
 }
 PRESSURE_SWEEPS = {  # sweep -> panel row title
-    "prefix_mooncake_pressure": "Mooncake at 4 req/s (Llama-3.1-8B, TP 4 H200)",
+    "prefix_mooncake_pressure": "Mooncake at 2 req/s (Llama-3.1-8B, TP 4 H200)",
     "prefix_sessions_pressure": "sessions at 3 req/s (Llama-2-7B, A100-80GB)",
 }
 
