@@ -22,8 +22,8 @@ Step); any further rows are ordinary chunks (see docs/speculative.md).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Iterator, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -139,6 +139,9 @@ class InstanceInfo:
     kv_capacity_tokens: int  # KV-cache capacity in tokens (per instance, all TP shards together)
     name: str = ""  # human label, e.g. "A100-80GB x1 llama-2-7b fp16"
     has_draft: bool = False  # runs a draft model, so it can execute speculative verify Steps
+    # the instance's engine model a policy may query before serving (memory in bytes, batch
+    # times; sim.hf_static.HFStaticExecutor), None for engines that offer none
+    engine: Any = field(default=None, compare=False)
 
 
 @runtime_checkable

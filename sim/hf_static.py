@@ -16,7 +16,9 @@ cost models. What differs from a paged engine:
              write, layout copies). int8 / int4 weights are dequantized to an fp16 copy in HBM
              before each matmul (ChatGLM's cpm_kernels path), so they are read slower than fp16.
 The two time parameters (`step_overhead_s`, `kv_passes`) were set from the Magnus paper's Fig. 4
-run (docs/magnus.md, "The static-batch engine"). sim/ imports nothing above it.
+run (docs/magnus.md, "The static-batch engine"). The executor is handed to policies as
+`InstanceInfo.engine`, so a policy can size batches in the engine's bytes and profile batch times
+offline. sim/ imports nothing above it.
 """
 
 from __future__ import annotations
@@ -106,6 +108,43 @@ def hf_weight_read_bytes(weight_dtype: str) -> float:
     return own if weight_dtype in ("fp16", "bf16") else own + FP16_COPY_BYTES
 
 
+@dataclass(frozen=True, slots=True)
+class HFStaticMemory:
+    """Peak memory of a padded batch on the static-batch engine, what a policy needs to size
+    batches in bytes (the executor's OOM check uses the same numbers)."""
+
+    free_bytes: float  # bytes for KV and activations
+    kv_bytes_per_token: float  # bytes per cached token, the torch.cat copy of a layer included
+    logit_bytes_per_token: float  # prefill: bytes of every position's logits (all copies)
+    score_bytes_per_pair: float  # prefill: bytes per (query, key) pair of one layer, all heads
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            check_positive(f"HFStaticMemory.{f.name}", getattr(self, f.name), allow_zero=True)
+
+    def prefill_peak_bytes(self, rows: int, prompt: int, context: int = 0) -> float:
+        """Peak bytes of a padded prefill: KV (+ the torch.cat copy), every position's logits,
+        one layer's score matrix."""
+        kv = rows * (context + prompt) * self.kv_bytes_per_token
+        return kv + rows * prompt * (self.logit_bytes_per_token
+                                     + self.score_bytes_per_pair * (context + prompt))
+
+    def batch_peak_bytes(self, rows: int, prompt: int, iterations: int) -> float:
+        """Peak bytes of a whole padded batch: its prefill, or its KV at the last iteration
+        (`prompt + iterations - 1` tokens a row), whichever is larger."""
+        last = rows * (prompt + max(iterations, 1) - 1) * self.kv_bytes_per_token
+        return max(self.prefill_peak_bytes(rows, prompt), last)
+
+
+def _engine_name(deployment_name: str, params: HFStaticParams) -> str:
+    """The executor's name: the deployment, and the parameters that differ from the defaults,
+    so one name always means one memory and time model."""
+    default = HFStaticParams()
+    extra = [f"{f.name}={getattr(params, f.name)}" for f in fields(params)
+             if getattr(params, f.name) != getattr(default, f.name)]
+    return f"{deployment_name} (hf_static{' ' + ', '.join(extra) if extra else ''})"
+
+
 class HFStaticExecutor:
     """Runs padded Steps on the static-batch engine model of one GPU (see the module doc)."""
 
@@ -124,6 +163,9 @@ class HFStaticExecutor:
         self._logit_bpt = m.vocab_size * ACT_DTYPE_BYTES * params.logits_copies  # prefill
         self._score_bpp = m.num_attention_heads * params.score_bytes_per_pair  # per pair
         self._grow = 1.0 + 1.0 / m.num_layers  # torch.cat holds one layer's KV twice
+        self.memory = HFStaticMemory(self.free_bytes, self._kv_bpt * self._grow,
+                                     self._logit_bpt, self._score_bpp)
+        self._name = _engine_name(deployment.name, params)
         self._inv_c = 1.0 / (gpu.peak_tensor_flops * params.compute_efficiency)  # s/FLOP
         self._inv_m = 1.0 / (gpu.hbm_bandwidth * params.memory_efficiency)  # s/byte
         self._dense_fpt = 2.0 * (m.num_layer_params + m.vocab_size * m.hidden_size)  # FLOPs
@@ -143,18 +185,23 @@ class HFStaticExecutor:
 
     @property
     def name(self) -> str:
-        """Human label, e.g. "chatglm-6b fp16 on V100-32GB x1 (hf_static)"."""
-        return f"{self.deployment.name} (hf_static)"
+        """Human label, e.g. "chatglm-6b fp16 on V100-32GB x1 (hf_static)", with the engine
+        parameters that differ from the defaults."""
+        return self._name
+
+    @property
+    def queryable_engine(self) -> HFStaticExecutor:
+        """What a policy may measure before serving (InstanceInfo.engine): this stateless
+        executor's memory model and batch times (the Magnus paper profiles its engine)."""
+        return self
 
     def instance_info(self, instance_id: int) -> InstanceInfo:
         """What a policy may know about this instance."""
-        return InstanceInfo(instance_id, self.kv_capacity_tokens, self.name)
+        return InstanceInfo(instance_id, self.kv_capacity_tokens, self.name, engine=self)
 
     def prefill_peak_bytes(self, rows: int, prompt: int, context: int = 0) -> float:
-        """Peak bytes of a padded prefill: KV (+ the copy torch.cat makes), the logits of every
-        position, one layer's score matrix."""
-        kv = rows * (context + prompt) * self._kv_bpt * self._grow
-        return kv + rows * prompt * (self._logit_bpt + self._score_bpp * (context + prompt))
+        """Peak bytes of a padded prefill (`HFStaticMemory.prefill_peak_bytes`)."""
+        return self.memory.prefill_peak_bytes(rows, prompt, context)
 
     def first_oom_iteration(self, rows: int, prompt: int, context: int, iterations: int) -> int:
         """1-based iteration whose peak memory first exceeds the free memory, 0 if none."""
@@ -184,6 +231,13 @@ class HFStaticExecutor:
             attn = self._attn_fpp * rows * (ctx + 1) * self._inv_c
             out[1:] = dense + np.maximum(kv, attn) + p.step_overhead_s
         return out
+
+    def batch_seconds(self, rows: int, prompt: int, iterations: int) -> float:
+        """Seconds a padded batch of `rows` x `prompt` tokens takes for `iterations` iterations
+        (inf when it runs out of memory)."""
+        if self.first_oom_iteration(rows, prompt, 0, iterations):
+            return math.inf
+        return float(self.iteration_times(rows, prompt, 0, iterations).sum())
 
     def execute(self, step: Step, until_s: float = math.inf) -> StepResult:
         """Model `step` padded to its longest row; stop after the first iteration ending at or

@@ -86,7 +86,8 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
     requests = TraceRequests(trace)  # built as they arrive, dropped when final
     recorder = Recorder(records=RecordLog())
     infos = [InstanceInfo(i, ex.kv_capacity_tokens, getattr(ex, "name", ""),
-                          getattr(ex, "has_draft", False)) for i, ex in enumerate(executors)]
+                          getattr(ex, "has_draft", False), getattr(ex, "queryable_engine", None))
+             for i, ex in enumerate(executors)]
     policy = make_policy(infos, recorder)
     stats: list[InstanceStats] = Simulation(requests, policy, executors, recorder,
                                             on_done=on_done, overhead=overhead,

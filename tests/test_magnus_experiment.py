@@ -50,3 +50,23 @@ def test_tiny_sweep_and_report(tmp_path, monkeypatch):
         "magnus_token_throughput.png"}
     table = (results / "magnus" / "magnus_ratios.md").read_text()
     assert "\n| 4 | " in table and "| Magnus | VS (all rates) |" in table and "paper" in table
+
+
+def test_headline_table_ranges_over_the_rates_where_vs_saturates():
+    import pandas as pd
+
+    from experiments.figures.magnus import headline_table, saturated_rates
+
+    rows = []
+    for rate, vs, magnus in ((1.0, 1.0, 1.0), (4.0, 2.0, 3.0), (8.0, 2.0, 4.0)):
+        for label, tput in (("VS", vs), ("Magnus", magnus)):
+            rows.append({"label": label, "rate": rate, "request_throughput": tput,
+                         "valid_token_throughput": 10 * tput, "mean_e2e_s": 10 / tput,
+                         "p99_e2e_s": 20 / tput})
+    frame = pd.DataFrame(rows)
+    assert saturated_rates(frame) == [4.0, 8.0]
+    table = headline_table(frame)
+    assert "| Magnus vs VS | +50% to +100% | +50% to +100% | -50% to -33% | -50% to -33% |" \
+        in table
+    assert "| **paper**: Magnus vs VS, VSQ, CCB | +66% to +234% |" in table
+    assert "Magnus vs VSQ" not in table  # pairs missing from the sweep are left out

@@ -152,4 +152,7 @@ def test_paper_config_engines_and_batch_sizes():
     assert entries["VS"].params["batch_size"] == largest_safe_batch(chatglm_v100())
     assert entries["VSQ"].params["batch_size"] == largest_safe_batch(chatglm_v100("int4"))
     magnus = entries["Magnus"].resolve("policies[5]")
-    assert magnus.memory_fraction == 1.0 and magnus.predictor.max_train_per_task == 1250
+    assert magnus.memory_fraction == 0.5 and magnus.predictor.max_train_per_task == 1250
+    assert magnus.memory_check == "engine" and magnus.estimator_training == "auto"
+    oracle = entries["Magnus-oracle"].resolve("policies[6]")
+    assert oracle.memory_fraction == 1.0 and oracle.predictor.train_path is not None

@@ -134,5 +134,68 @@ def draw(results: list[Path], figures: Path) -> list[Path]:
     return written + [results[0] / "magnus_ratios.md"]
 
 
+HEADLINE_METRICS: tuple[tuple[str, str], ...] = (  # (column, header) of the headline table
+    ("request_throughput", "request throughput"), ("valid_token_throughput", "token throughput"),
+    ("mean_e2e_s", "mean latency"), ("p99_e2e_s", "p99 latency"))
+HEADLINE_PAIRS: tuple[tuple[str, str], ...] = (  # (target, baseline) rows
+    ("Magnus", "VS"), ("Magnus", "VSQ"), ("Magnus", "CCB"), ("ABP", "GLP"), ("Magnus", "ABP"),
+    ("Magnus-oracle", "VS"))
+PAPER_ROWS: tuple[tuple[str, dict[str, str]], ...] = (  # the paper's, as far as known here
+    ("**paper**: Magnus vs VS, VSQ, CCB", PAPER),
+    ("**paper**: ABP vs GLP, Magnus vs ABP (Figs. 10-11)",
+     {"request_throughput": "higher (values not known here)"}))
+
+
+def saturated_rates(frame: pd.DataFrame, base: str = "VS") -> list[float]:
+    """Rates at which `base` serves less than 95% of the offered load (where throughput can
+    differ at all)."""
+    rows = frame[frame["label"] == base]
+    return sorted(float(r) for r, t in zip(rows["rate"], rows["request_throughput"])
+                  if t < 0.95 * r)
+
+
+def headline_table(frame: pd.DataFrame) -> str:
+    """Markdown: every headline pair's change (range over VS-saturated rates, seed means) and
+    the paper's rows (empty cells: the paper's number is not known here)."""
+    rates = saturated_rates(frame)
+    sat = frame[frame["rate"].isin(rates)]
+    head = " | ".join(h for _, h in HEADLINE_METRICS)
+    lines = [f"| change of | {head} |", "|---" * (1 + len(HEADLINE_METRICS)) + "|"]
+    lines += [f"| {name} | " + " | ".join(cells.get(m, "") for m, _ in HEADLINE_METRICS) + " |"
+              for name, cells in PAPER_ROWS]
+    labels = set(frame["label"])
+    for target, base in HEADLINE_PAIRS:
+        if not {target, base} <= labels:
+            continue
+        mine, theirs = (sat[sat["label"] == x].set_index("rate") for x in (target, base))
+        cells = []
+        for metric, _ in HEADLINE_METRICS:
+            c = [change(mine.loc[r, metric], theirs.loc[r, metric]) for r in rates]
+            cells.append(f"{min(c):+.0f}% to {max(c):+.0f}%" if c else "n/a")
+        lines.append(f"| {target} vs {base} | " + " | ".join(cells) + " |")
+    lines.append(f"\nRates (VS saturated): {', '.join(f'{r:g}' for r in rates)} req/s.")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m experiments.figures.magnus RESULTS`: the headline table of a finished sweep
+    (e.g. results/magnus_paper), printed and written to RESULTS/magnus_headline.md."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m experiments.figures.magnus RESULTS_DIR", file=sys.stderr)
+        return 2
+    results = Path(args[0])
+    table = headline_table(load(results))
+    (results / "magnus_headline.md").write_text(table + "\n", encoding="utf-8")
+    print(table)
+    return 0
+
+
 PAGE = FigurePage("magnus", "docs/magnus.md", ("experiments/configs/magnus.yaml",), draw,
                   "Magnus vs VS, VSQ, CCB, GLP, ABP: throughput, latency, ratio table")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -2,9 +2,9 @@
 
 A new request is tried in every open queued batch; it joins the one whose WMA after insertion is
 smallest (earliest batch on ties) if that WMA is below the threshold Φ, and otherwise opens a
-new batch. A batch that would exceed the KV capacity (size * (L(B) + G'(B)) tokens) or the
-batch-size cap (GLP) cannot take it (infinite WMA). Halves of a batch split after an OOM are
-queued sealed: they take no new requests.
+new batch. A batch that would exceed the memory Θ (`memory.py`: size * (L(B) + G'(B)) KV
+tokens, or the engine's peak bytes) or the batch-size cap (GLP) cannot take it (infinite WMA).
+Halves of a batch split after an OOM are queued sealed: they take no new requests.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 from sim.errors import check_positive
 from sim.request import Request
 
+from policies.magnus.memory import BatchMemory, KVTokenMemory
 from policies.magnus.wma import wma_after_insert
 
 
@@ -58,11 +59,11 @@ class QueuedBatch:
 class AdaptiveBatcher:
     """The queue of open batches and the WMA insertion rule."""
 
-    def __init__(self, capacity_tokens: int, threshold: float, aggregate: str = "max",
-                 max_batch_size: int | None = None) -> None:
-        check_positive("capacity_tokens", capacity_tokens)
+    def __init__(self, capacity_tokens: int | BatchMemory, threshold: float,
+                 aggregate: str = "max", max_batch_size: int | None = None) -> None:
         check_positive("threshold", threshold)
-        self.capacity_tokens = capacity_tokens  # KV tokens of the smallest instance (Θ / Δ)
+        self.memory: BatchMemory = KVTokenMemory(capacity_tokens) \
+            if isinstance(capacity_tokens, int) else capacity_tokens  # Θ
         self.threshold = threshold  # Φ, token reads
         self.aggregate = aggregate  # "max" or "sum" over a batch's requests
         self.max_batch_size = max_batch_size  # None: no cap (ABP, Magnus)
@@ -83,7 +84,7 @@ class AdaptiveBatcher:
             if batch.sealed:
                 continue
             wma = wma_after_insert(np.array(batch.prompt_tokens), np.array(batch.predicted_tokens),
-                                   prompt_tokens, predicted_tokens, self.capacity_tokens,
+                                   prompt_tokens, predicted_tokens, self.memory,
                                    self.aggregate, self.max_batch_size)
             if wma < best_wma:
                 best, best_wma = batch, wma

@@ -16,11 +16,13 @@ from typing import Any, Mapping
 from sim.errors import ConfigError, check_fraction, check_positive
 
 from policies.base import PolicyConfig
+from policies.magnus.memory import MEMORY_CHECKS
 from policies.magnus.predictor import REGRESSORS
 
 PREDICTOR_KINDS = ("input_length", "semantic", "oracle", "noisy_oracle")
 SCHEDULERS = ("hrrn", "fcfs")
 WMA_AGGREGATES = ("max", "sum")
+ESTIMATOR_TRAINING = ("auto", "offline", "online")  # auto: offline where the engine is timeable
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class MagnusConfig(PolicyConfig):
     wma_threshold: float = 20_000.0  # Φ, token reads: a request joins only below it
     wma_aggregate: str = "max"  # batch WMA = max (issue 4) or sum over its requests
     memory_fraction: float = 1.0  # Θ: share of the KV capacity a batch may plan to fill
+    memory_check: str = "engine"  # Θ in the engine's bytes where it reports them, or kv_tokens
     scheduler: str = "hrrn"  # hrrn (Magnus) or fcfs (GLP / ABP): which queued batch runs next
     knn_neighbors: int = 5  # neighbours of the batch-time KNN regressor
     cold_iteration_s: float = 0.02  # seconds per iteration assumed before any batch ran
@@ -89,7 +92,9 @@ class MagnusConfig(PolicyConfig):
     predictor_error_tokens: float = 10.0  # tokens: a sample needs a larger error ...
     predictor_error_fraction: float = 0.1  # ... and one larger than this share of the truth
     estimator_retrain_period_s: float | None = 120.0  # seconds between estimator retrains
-    estimator_warmup_batches: int = 32  # first executed batches all kept as training data
+    estimator_warmup_batches: int = 32  # online: first executed batches all kept as data
+    estimator_training: str = "auto"  # offline (profiled on the training split), online, auto
+    estimator_profile_requests: int = 2000  # offline: training requests batched and timed
     estimator_error_s: float = 2.0  # seconds: a batch sample needs a larger error ...
     estimator_error_fraction: float = 0.2  # ... and one larger than this share of the truth
     retrain_delay_s: float = 10.0  # seconds from a retrain until the new model takes effect
@@ -104,6 +109,13 @@ class MagnusConfig(PolicyConfig):
         if self.wma_aggregate not in WMA_AGGREGATES:
             raise ConfigError("wma_aggregate", self.wma_aggregate,
                               f"must be one of {WMA_AGGREGATES}")
+        if self.memory_check not in MEMORY_CHECKS:
+            raise ConfigError("memory_check", self.memory_check,
+                              f"must be one of {MEMORY_CHECKS}")
+        if self.estimator_training not in ESTIMATOR_TRAINING:
+            raise ConfigError("estimator_training", self.estimator_training,
+                              f"must be one of {ESTIMATOR_TRAINING}")
+        check_positive("estimator_profile_requests", self.estimator_profile_requests)
         if self.scheduler not in SCHEDULERS:
             raise ConfigError("scheduler", self.scheduler, f"must be one of {SCHEDULERS}")
         check_positive("knn_neighbors", self.knn_neighbors)

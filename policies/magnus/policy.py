@@ -19,7 +19,9 @@ from typing import Sequence
 
 import numpy as np
 
+from sim.errors import ConfigError
 from sim.executor import InstanceInfo, Step, StepResult
+from sim.hf_static import HFStaticExecutor
 from sim.recorder import Recorder
 from sim.request import Request
 
@@ -30,6 +32,8 @@ from policies.magnus.embedding import Embedder
 from policies.magnus.estimator import BatchSample, BatchTimeEstimator, IterationTimer
 from policies.magnus.learning import ContinuousLearner, is_large_error
 from policies.magnus.length_service import LearningSettings, LengthService
+from policies.magnus.memory import batch_memory
+from policies.magnus.profiling import profile_batches
 from policies.magnus.scheduler import pick_fcfs, pick_hrrn
 from policies.registry import register_policy
 from policies.static_batch import (fail_static_batch, finish_static_batch, reset_for_retry,
@@ -53,22 +57,54 @@ class MagnusPolicy(Policy):
         super().__init__(config, instances, recorder, rng)
         cfg = self.config
         self.capacity = min(i.kv_capacity_tokens for i in self.instances)  # KV tokens
+        self.whole_memory = batch_memory(self.instances, 1.0, cfg.memory_check)  # admission
         learning = LearningSettings(cfg.predictor_retrain_period_s, cfg.predictor_error_tokens,
                                     cfg.predictor_error_fraction, cfg.retrain_delay_s,
                                     cfg.max_learning_samples)
         self.lengths = LengthService(cfg.predictor, learning, rng, recorder, embedder)
-        self.batcher = AdaptiveBatcher(max(1, int(cfg.memory_fraction * self.capacity)),
-                                       cfg.wma_threshold, cfg.wma_aggregate, cfg.batch_size)
-        self.estimator = BatchTimeEstimator(cfg.knn_neighbors)
+        self.memory = batch_memory(self.instances, cfg.memory_fraction, cfg.memory_check)  # Θ
+        self.batcher = AdaptiveBatcher(self.memory, cfg.wma_threshold, cfg.wma_aggregate,
+                                       cfg.batch_size)
         self.timer = IterationTimer(cfg.cold_iteration_s)
+        profiled = self._profile(rng)  # offline samples; None: the estimator learns online
+        self.offline = profiled is not None  # learns from actual lengths, no warm-up batches
+        base = profiled or []
+        self.estimator = BatchTimeEstimator(cfg.knn_neighbors).fit(base)
         self.time_learner: ContinuousLearner[BatchSample, BatchTimeEstimator] = \
             ContinuousLearner("estimator", cfg.estimator_retrain_period_s, cfg.retrain_delay_s,
-                              cfg.max_learning_samples, self.estimator.fit, recorder)
+                              cfg.max_learning_samples,
+                              lambda samples: self.estimator.fit(base + samples), recorder)
         self.running: dict[int, _Running] = {}  # instance -> batch in flight
         self.num_batches_done = 0  # batches that completed (the estimator's warm-up counter)
         self.reserved: dict[int, int] = {}  # instance -> KV tokens its batch touches
 
     # ---- learning ---------------------------------------------------------------------
+    def _profile(self, rng: np.random.Generator) -> list[BatchSample] | None:
+        """The estimator's offline training data (`profiling.py`), or None to learn online."""
+        cfg, model = self.config, self.lengths.model
+        engine = self.instances[0].engine
+        executor = engine if isinstance(engine, HFStaticExecutor) else None
+        mode = cfg.estimator_training
+        if mode == "auto":  # FCFS (GLP, ABP) never consults the estimator
+            timeable = executor is not None and bool(model.base_queries)
+            mode = "offline" if timeable and cfg.scheduler == "hrrn" else "online"
+        if mode == "online":
+            return None
+        if executor is None:
+            raise ConfigError("estimator_training", mode, "offline profiling needs an engine "
+                              "that can be timed offline (cluster.engine: {kind: hf_static})")
+        if not model.base_queries:
+            raise ConfigError("estimator_training", mode, "offline profiling needs training "
+                              "requests (predictor.train_path)")
+        apps = model.catalog.apps
+        lengths = [(q.input_tokens + (apps[q.app].instruction_tokens if q.app in apps else 0),
+                    q.true_output_tokens) for q in model.base_queries]
+        samples = profile_batches(lengths, executor, self.memory, cfg.wma_threshold,
+                                  cfg.wma_aggregate, cfg.batch_size,
+                                  max_requests=cfg.estimator_profile_requests, rng=rng)
+        self.recorder.event(0.0, "profile_estimator", -1, f"{len(samples)} batches")
+        return samples
+
     def _poll_learners(self, now: float) -> None:
         self.lengths.poll(now)
         estimator = self.time_learner.poll(now)
@@ -80,19 +116,21 @@ class MagnusPolicy(Policy):
         cfg = self.config
         self.timer.observe(result.duration_s, result.num_iterations)
         self.num_batches_done += 1
-        if self.num_batches_done <= cfg.estimator_warmup_batches or is_large_error(
-                estimate_s, result.duration_s, cfg.estimator_error_s,
-                cfg.estimator_error_fraction):
-            self.time_learner.collect(BatchSample(batch.size, batch.max_prompt,
-                                                  batch.max_predicted, result.duration_s))
+        warm_up = not self.offline and self.num_batches_done <= cfg.estimator_warmup_batches
+        if warm_up or is_large_error(estimate_s, result.duration_s, cfg.estimator_error_s,
+                                     cfg.estimator_error_fraction):
+            longest = max(r.target_output_tokens for r in batch.requests) if self.offline \
+                else batch.max_predicted  # offline: actual lengths, as profiled
+            self.time_learner.collect(BatchSample(batch.size, batch.max_prompt, longest,
+                                                  result.duration_s))
         self.lengths.observe(finished)
 
     # ---- the policy interface ---------------------------------------------------------
     def add_request(self, request: Request, now: float) -> bool:
         self._poll_learners(now)
-        if request.num_prompt_tokens + 1 > self.capacity:
+        if not self.whole_memory.fits(1, request.num_prompt_tokens, 1):
             request.reject(now, f"prompt of {request.num_prompt_tokens} tokens does not fit "
-                                f"the KV capacity {self.capacity}")
+                                f"the memory (KV capacity {self.capacity} tokens)")
             return False
         predicted = self.lengths.predict(request)
         self.batcher.insert(request, request.num_prompt_tokens, predicted)

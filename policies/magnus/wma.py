@@ -7,7 +7,8 @@ length L(p) and generation length G(p) wastes
                                                  from its last token until the batch ends
 and WMA(B) = max over p of WMA_gen(p) + WMA_wait(p) (issue 4; `aggregate="sum"` sums instead).
 Predicted generation lengths G'(p) stand in for G(p). Units: token reads. A batch whose KV
-footprint size * (L(B) + G(B)) exceeds the KV capacity has infinite WMA.
+footprint size * (L(B) + G(B)) exceeds the KV capacity (or, given a `BatchMemory`, whose peak
+bytes exceed Θ: `memory.py`) has infinite WMA.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from policies.magnus.memory import BatchMemory
 
 
 def request_wma(prompt: np.ndarray, gen: np.ndarray) -> np.ndarray:
@@ -40,15 +43,18 @@ def batch_kv_tokens(size: int, longest_prompt: int, longest_gen: int) -> int:
 
 
 def wma_after_insert(prompt: np.ndarray, gen: np.ndarray, new_prompt: int, new_gen: int,
-                     capacity_tokens: int, aggregate: str = "max",
+                     capacity_tokens: int | BatchMemory, aggregate: str = "max",
                      max_batch_size: int | None = None) -> float:
-    """WMA of a batch after adding a request; inf when the batch would be over the KV capacity
-    or over `max_batch_size` requests."""
+    """WMA of a batch after adding a request; inf when the batch would not fit the memory
+    (`capacity_tokens`: Θ in KV tokens, or a `BatchMemory`) or be over `max_batch_size`."""
     size = len(prompt) + 1
     if max_batch_size is not None and size > max_batch_size:
         return math.inf
     longest_prompt = max(int(np.max(prompt)) if len(prompt) else 0, new_prompt)
     longest_gen = max(int(np.max(gen)) if len(gen) else 0, new_gen)
-    if batch_kv_tokens(size, longest_prompt, longest_gen) > capacity_tokens:
+    if isinstance(capacity_tokens, int):
+        if batch_kv_tokens(size, longest_prompt, longest_gen) > capacity_tokens:
+            return math.inf
+    elif not capacity_tokens.fits(size, longest_prompt, longest_gen):
         return math.inf
     return batch_wma(np.append(prompt, new_prompt), np.append(gen, new_gen), aggregate)
