@@ -2,8 +2,9 @@
 
 A run's identity (experiments/sweep.py run_identity) covers the trace file's content (size and a
 blake2b digest, computed once per file version per process), the result schema version and the
-simulator's version, so a trace edited in place, an upgraded simulator or new result columns all
-rerun. Before a run is skipped its files are checked cheaply: config.json and summary.json parse
+simulator's version: the installed package version plus a digest of the simulation code
+(`sim/`, `policies/`, `traces/`), so a trace edited in place, an upgraded simulator, a local code
+change or new result columns all rerun. Before a run is skipped its files are checked cheaply: config.json and summary.json parse
 as JSON objects with the expected keys, and each parquet table opens (footer only) with the row
 count written beside it. Anything off gives one line saying why the run is not reused.
 """
@@ -26,12 +27,30 @@ RESULT_SCHEMA_VERSION = 3  # bump whenever records / steps / summary columns cha
 SUMMARY_KEYS = ("num_requests", "completed", "request_throughput")  # a summary.json must have
 
 
+CODE_PACKAGES = ("sim", "policies", "traces")  # the code a run's results depend on
+
+
 def simulator_version() -> str:
-    """servesim's installed version, or "dev" when it is not installed as a package."""
+    """servesim's installed version (or "dev") and a digest of the simulation code, e.g.
+    "0.1.0+src.3f2a...": a run from edited code is not reused."""
     try:
-        return importlib.metadata.version("servesim")
+        version = importlib.metadata.version("servesim")
     except importlib.metadata.PackageNotFoundError:
-        return "dev"
+        version = "dev"
+    return f"{version}+src.{code_digest()}"
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """blake2b of every .py file of CODE_PACKAGES (path and bytes, in path order), once per
+    process."""
+    root = Path(__file__).resolve().parents[1]
+    hasher = hashlib.blake2b(digest_size=8)
+    for package in CODE_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            hasher.update(str(path.relative_to(root)).encode())
+            hasher.update(path.read_bytes())
+    return hasher.hexdigest()
 
 
 def file_digest(path: str | Path) -> str:
@@ -114,7 +133,8 @@ def stale_reason(stored: Any, identity: Mapping[str, Any]) -> str:
     """'stale: trace changed' and the like: what differs between two run identities."""
     if not isinstance(stored, dict) or "result_schema" not in stored:
         return "stale: written by an older servesim (no result schema version)"
-    for key, what in (("result_schema", "result schema"), ("simulator", "servesim version")):
+    for key, what in (("result_schema", "result schema"),
+                      ("simulator", "servesim version or simulation code")):
         if stored.get(key) != identity.get(key):
             return f"stale: {what} {stored.get(key)} -> {identity.get(key)}"
     if _trace_content(stored) != _trace_content(identity):

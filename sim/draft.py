@@ -58,6 +58,10 @@ def is_prefill_row(num_new: int, num_context: int, samples: bool) -> bool:
     return num_new > 1 or not samples or num_context == 0
 
 
+DRAFT_HOST_FREE = {"cpu_step_s": 0.0, "cpu_per_seq_s": 0.0}  # stage fields a draft iteration
+# does not pay: the engine's per-step host work is the target iteration's
+
+
 class DraftModel:
     """The draft's cost model and the time it adds to each Step."""
 
@@ -93,11 +97,16 @@ def build_draft(target: DeploymentSpec, draft_model: str | None,
                 options: Mapping[str, Any]) -> DraftModel | None:
     """The draft of a cluster (`cluster.draft_model`), or None without one: the target's
     `cluster.cost_model` kind and options (kind profile: its stage fallback, since the draft
-    has no profile of its own)."""
+    has no profile of its own). Under the stage model the draft's iterations pay no engine host
+    work (`cpu_step_s`, `cpu_per_seq_s`: scheduling, input preparation and output processing
+    happen once per engine step, in the target's iteration); they keep their own sampler and
+    launch floor. The roofline's `step_overhead_s` (launch and sampling) stays per iteration."""
     if draft_model is None:
         return None
     from sim.cost_model_choice import build_cost_model, cost_model_kind
 
-    if cost_model_kind(options) == "profile":
-        options = {**{k: v for k, v in options.items() if k != "profiles"}, "kind": "stage"}
+    kind = cost_model_kind(options)
+    if kind != "roofline":
+        options = {**{k: v for k, v in options.items() if k != "profiles"}, "kind": "stage",
+                   **DRAFT_HOST_FREE}
     return DraftModel(build_cost_model(draft_deployment(target, draft_model), options))

@@ -256,3 +256,15 @@ def test_unknown_draft_model_names_the_field():
     with pytest.raises(ConfigError) as err:
         build_executors(ClusterSpec(draft_model="nope"))
     assert err.value.field == "cluster.draft_model" and "nope" in str(err.value)
+
+
+def test_stage_model_draft_iterations_pay_no_engine_host_work():
+    """Scheduling and output processing happen once per engine step: under the stage model a
+    draft iteration costs its GPU work (and sampler), not another cpu_step_s."""
+    ex = build_executors(ClusterSpec(model="llama-2-7b", gpu="A100-80GB",
+                                     draft_model="llama-68m"))[0]
+    draft = ex.draft.cost_model
+    assert draft.params.cpu_step_s == 0.0 and draft.params.cpu_per_seq_s == 0.0
+    assert ex.cost_model.params.cpu_step_s > 0.0  # the target keeps its host terms
+    one = draft.iteration_times_from_sums(3, 300, 300, 3, 3, 3)[0]
+    assert one < ex.cost_model.params.cpu_step_s  # llama-68m's GPU work is well under 2.5 ms

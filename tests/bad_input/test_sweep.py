@@ -109,6 +109,20 @@ def test_new_simulator_or_result_schema_is_rerun(tmp_path, capsys, monkeypatch, 
     assert len(count_runs) == 4
 
 
+def test_edited_simulation_code_is_rerun(tmp_path, capsys, monkeypatch, count_runs):
+    """A run is not reused after a change to sim/, policies/ or traces/ (same package version)."""
+    from experiments import resume
+
+    out = tmp_path / "out"
+    assert sweep(tmp_path, out) == 0
+    assert "+src." in resume.simulator_version()
+    monkeypatch.setattr(resume, "code_digest", lambda: "0123456789abcdef")
+    capsys.readouterr()
+    assert sweep(tmp_path, out) == 0
+    assert f"{RUN}: not reused: stale: servesim version or simulation code" in printed(capsys)
+    assert len(count_runs) == 4
+
+
 def test_results_of_an_older_servesim_are_stale(tmp_path, capsys, count_runs):
     out = tmp_path / "out"
     assert sweep(tmp_path, out) == 0
