@@ -29,7 +29,7 @@ class DisaggConfig(PolicyConfig):
     layerwise: bool = False  # stream KV layer by layer during the prefill (overlap)
     serialize_link: bool = True  # a prefill instance sends one transfer at a time (its NIC)
     kv_bytes_per_token: float = 0.0  # bytes of KV per prompt token sent; 0: from the model
-    model: str = ""  # model whose KV is sent ("": the one the instances serve, from their names)
+    model: str = ""  # model whose KV is sent (fp16; "": what the instances report)
 
     def __post_init__(self) -> None:
         if self.num_prefill < 1:
@@ -68,23 +68,21 @@ def check_instances(config: DisaggConfig, infos: Sequence[InstanceInfo]) -> None
 
 
 def model_of(config: DisaggConfig, infos: Sequence[InstanceInfo]) -> tuple[float, int]:
-    """(KV bytes per token, layers) of the served model: `model` when given, else the first word
-    of the instances' names (deployment names: "<model> <dtype>[ kv-<kv dtype>] on <gpu> ...").
-    An explicit `kv_bytes_per_token` wins over the model's; layers are then 1 if unknown."""
-    from sim.cost_model import kv_dtype_bytes
-    from sim.models import resolve_model
+    """(KV bytes per token, layers) of the served model: `model` when given, else what the
+    instances report (`InstanceInfo.kv_bytes_per_token`, `num_layers`). An explicit
+    `kv_bytes_per_token` wins; layers are then 1 if unknown."""
+    if config.model:
+        from sim.models import resolve_model
 
-    names = {info.name.split(" ")[0] for info in infos} if not config.model else {config.model}
-    kv = {w[3:] for info in infos for w in info.name.split(" ") if w.startswith("kv-")}
-    try:
-        models = [resolve_model(n) for n in sorted(names)]
-    except ConfigError:
-        if config.kv_bytes_per_token > 0:
-            return config.kv_bytes_per_token, 1
-        raise ConfigError("model", config.model or sorted(names)[0], "cannot tell the served "
-                          "model from the instances: set model or kv_bytes_per_token") from None
-    if len(models) != 1 or len(kv) > 1:
-        raise ConfigError("model", sorted(names), "pools serve one model with one KV dtype")
-    m = models[0]
-    per_token = m.kv_bytes_per_token(kv_dtype_bytes(kv.pop() if kv else "fp16"))
-    return (config.kv_bytes_per_token or per_token), m.num_layers
+        m = resolve_model(config.model)  # ConfigError naming the model
+        return (config.kv_bytes_per_token or float(m.kv_bytes_per_token(2.0))), m.num_layers
+    sizes = {(info.kv_bytes_per_token, info.num_layers) for info in infos}
+    if len(sizes) > 1:
+        raise ConfigError("model", sorted(sizes), "pools serve one model with one KV dtype")
+    per_token, layers = sizes.pop()
+    if config.kv_bytes_per_token > 0:
+        return config.kv_bytes_per_token, layers or 1
+    if per_token <= 0:
+        raise ConfigError("kv_bytes_per_token", config.kv_bytes_per_token, "the instances do not "
+                          "report their KV size: set model or kv_bytes_per_token")
+    return per_token, layers

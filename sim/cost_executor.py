@@ -7,7 +7,7 @@ from operator import mul
 
 import numpy as np
 
-from sim.cost_model import RooflineCostModel
+from sim.cost_model import RooflineCostModel, kv_dtype_bytes
 from sim.draft import DraftModel, shared_kv_capacity
 from sim.executor import InstanceInfo, Step, StepResult, modelled_result
 
@@ -51,9 +51,21 @@ class CostModelExecutor:
         name = self.cost_model.deployment.name
         return name if self.draft is None else f"{name} + draft {self.draft.name}"
 
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """Bytes of KV one token holds in the served model (all layers and heads)."""
+        dep = self.cost_model.deployment
+        return float(dep.model.kv_bytes_per_token(kv_dtype_bytes(dep.kv_dtype)))
+
+    @property
+    def num_layers(self) -> int:
+        """Transformer layers of the served model."""
+        return self.cost_model.deployment.model.num_layers
+
     def instance_info(self, instance_id: int) -> InstanceInfo:
         """What a policy may know about this instance."""
-        return InstanceInfo(instance_id, self._capacity, self.name, self.has_draft)
+        return InstanceInfo(instance_id, self._capacity, self.name, self.has_draft,
+                            self.kv_bytes_per_token, self.num_layers)
 
     def _first_oom_iteration(self, first_kv: int, num_seqs: int, num_iterations: int) -> int:
         """1-based iteration whose KV footprint first exceeds capacity, or 0 if none does."""

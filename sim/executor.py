@@ -139,6 +139,9 @@ class InstanceInfo:
     kv_capacity_tokens: int  # KV-cache capacity in tokens (per instance, all TP shards together)
     name: str = ""  # human label, e.g. "A100-80GB x1 llama-2-7b fp16"
     has_draft: bool = False  # runs a draft model, so it can execute speculative verify Steps
+    kv_bytes_per_token: float = 0.0  # bytes of KV one token holds in the served model (all
+    # layers, all heads, the instance's KV dtype); 0: unknown (test executors)
+    num_layers: int = 0  # transformer layers of the served model; 0: unknown
     # the instance's engine model a policy may query before serving (memory in bytes, batch
     # times; sim.hf_static.HFStaticExecutor), None for engines that offer none
     engine: Any = field(default=None, compare=False)

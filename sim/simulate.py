@@ -86,7 +86,8 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
     requests = TraceRequests(trace)  # built as they arrive, dropped when final
     recorder = Recorder(records=RecordLog())
     infos = [InstanceInfo(i, ex.kv_capacity_tokens, getattr(ex, "name", ""),
-                          getattr(ex, "has_draft", False), getattr(ex, "queryable_engine", None))
+                          getattr(ex, "has_draft", False), getattr(ex, "kv_bytes_per_token", 0.0),
+                          getattr(ex, "num_layers", 0), getattr(ex, "queryable_engine", None))
              for i, ex in enumerate(executors)]
     policy = make_policy(infos, recorder)
     stats: list[InstanceStats] = Simulation(requests, policy, executors, recorder,

@@ -242,7 +242,7 @@ def test_a_free_link_delivers_the_first_token_when_the_prefill_samples_it():
     ({"prefill_params": {"num_speculative_tokens": 2}}, "prefill_params.num_speculative_tokens"),
     ({"prefill_params": {"bogus": 1}}, "prefill_params.bogus"),
     ({"kv_bytes_per_token": -1.0}, "kv_bytes_per_token"),
-    ({"kv_bytes_per_token": 0.0}, "model"),  # linear executors name no model
+    ({"kv_bytes_per_token": 0.0}, "kv_bytes_per_token"),  # linear executors report no KV size
     ({"send_recv_csv": "/nonexistent.csv"}, "send_recv_csv"),
 ])
 def test_bad_configs_name_the_field(bad, field):
@@ -256,3 +256,16 @@ def test_the_real_engine_and_hf_static_are_refused():
     ex = LinearExecutor(name="llama-2-7b fp16 on cuda [flash_attn]")
     with pytest.raises(ConfigError, match="cluster.backend"):
         simulate(make_trace([(0.0, 10, 2)]), "disagg", params(), [ex, ex])
+
+
+def test_the_kv_size_comes_from_the_instances_not_their_names():
+    from sim.cluster import ClusterSpec, build_executors
+    from sim.models import get_model
+
+    executors = build_executors(ClusterSpec(model="llama-2-7b", gpu="H100-80GB", kv_dtype="fp8",
+                                            num_instances=2))
+    per_token = get_model("llama-2-7b").kv_bytes_per_token(1.0)  # fp8: one byte an element
+    assert executors[0].instance_info(0).kv_bytes_per_token == per_token
+    res = simulate(make_trace([(0.0, 100, 4)]), "disagg", {}, executors)
+    info = res.events.query("kind == 'kv_transfer'")["info"].iloc[0]
+    assert f"{100 * per_token:.0f} B" in info
