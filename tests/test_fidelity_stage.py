@@ -160,7 +160,8 @@ def test_runs_inside_cost_model_executor() -> None:
 # ---- parameters --------------------------------------------------------------------------------
 @pytest.mark.parametrize("field,value", [("gemm_compute_eff", 1.5), ("norm_eff", 0.0),
                                          ("gemm_fixed_s", -1e-6), ("gemm_half_tokens", 0.0),
-                                         ("cpu_step_s", math.nan)])
+                                         ("cpu_step_s", math.nan),
+                                         ("cpu_launch_per_layer_s", -1e-4)])
 def test_params_validated_naming_the_field(field: str, value: float) -> None:
     with pytest.raises(ConfigError, match=field):
         replace(PARAMS, **{field: value})

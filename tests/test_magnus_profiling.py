@@ -79,3 +79,10 @@ def test_offline_estimator_learns_badly_estimated_batches_with_their_actual_leng
     ends = 10.0 * np.arange(1, step.num_iterations + 1)  # far slower than profiled
     p.update(step, StepResult(float(ends[-1]), ends), float(ends[-1]))
     assert list(p.time_learner.samples) == [BatchSample(1, 30, 400, float(ends[-1]))]
+
+
+def test_estimator_training_is_validated():
+    from policies.magnus.config import MagnusConfig
+
+    with pytest.raises(ConfigError, match="estimator_training"):
+        MagnusConfig(estimator_training="sometimes")

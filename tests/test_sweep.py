@@ -195,12 +195,13 @@ def test_workers_exit_with_the_driver_and_the_sweep_resumes(tmp_path, signum, co
         _wait_for(blocked, "the first four runs", deadline_s=600.0)  # a hang guard, not a timing
         workers = _children(driver.pid)
         os.kill(driver.pid, getattr(signal, signum))
-        stdout, stderr = driver.communicate(timeout=60)
+        stdout, stderr = driver.communicate(timeout=600)  # a hang guard, not a timing
     finally:
         if driver.poll() is None:
             driver.kill()
     try:
-        _wait_for(lambda: not any(_alive(w) for w in workers), "the workers to exit", 20.0)
+        _wait_for(lambda: not any(_alive(w) for w in workers), "the workers to exit",
+                  600.0)  # a hang guard, not a timing
     finally:
         for worker in filter(_alive, workers):  # left running: the test failed; clean up
             os.kill(worker, signal.SIGKILL)
