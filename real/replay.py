@@ -16,7 +16,7 @@ import pandas as pd
 
 from policies.prefix_caching import check_prefix_caching_backend
 from sim.engine import Simulation
-from sim.executor import Executor, InstanceInfo, Step, StepResult
+from sim.executor import Executor, Step, StepResult, info_of
 from sim.limits import resolve_max_model_len
 from sim.metrics import instance_frame, request_records, summarize
 from sim.recorder import Recorder
@@ -87,8 +87,7 @@ def replay(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, An
     limit = resolve_max_model_len(executors, max_model_len)
     requests = requests_from_trace(trace)
     recorder = Recorder()
-    infos = [InstanceInfo(i, ex.kv_capacity_tokens, getattr(ex, "name", ""))
-             for i, ex in enumerate(executors)]
+    infos = [info_of(ex, i) for i, ex in enumerate(executors)]
     inner = build_policy(policy_name, policy_params, infos, recorder, seed)
     check_prefix_caching_backend(inner.config, "real", "policy_params")
     policy = KVReleasingPolicy(inner)

@@ -147,6 +147,16 @@ class InstanceInfo:
     engine: Any = field(default=None, compare=False)
 
 
+def info_of(executor: Any, instance_id: int) -> InstanceInfo:
+    """What a policy may know about an executor's instance: its own `instance_info` when it has
+    one, else its capacity, name and whether it runs a draft (test executors)."""
+    own = getattr(executor, "instance_info", None)
+    if own is not None:
+        return own(instance_id)
+    return InstanceInfo(instance_id, executor.kv_capacity_tokens, getattr(executor, "name", ""),
+                        getattr(executor, "has_draft", False))
+
+
 @runtime_checkable
 class Executor(Protocol):
     """A backend that runs Steps: the cost model (simulation) or a real torch engine."""

@@ -189,14 +189,9 @@ class HFStaticExecutor:
         parameters that differ from the defaults."""
         return self._name
 
-    @property
-    def queryable_engine(self) -> HFStaticExecutor:
-        """What a policy may measure before serving (InstanceInfo.engine): this stateless
-        executor's memory model and batch times (the Magnus paper profiles its engine)."""
-        return self
-
     def instance_info(self, instance_id: int) -> InstanceInfo:
-        """What a policy may know about this instance."""
+        """What a policy may know about this instance, with this stateless executor as the
+        engine a policy may measure before serving (the Magnus paper profiles its engine)."""
         return InstanceInfo(instance_id, self.kv_capacity_tokens, self.name, engine=self)
 
     def prefill_peak_bytes(self, rows: int, prompt: int, context: int = 0) -> float:

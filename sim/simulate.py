@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from sim.engine import InstanceStats, Simulation
-from sim.executor import Executor, InstanceInfo
+from sim.executor import Executor, info_of
 from sim.limits import resolve_max_model_len
 from sim.metrics import instance_frame, records_frame, summarize
 from sim.overhead import SchedulingOverhead
@@ -85,10 +85,7 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
     limit = resolve_max_model_len(executors, max_model_len)
     requests = TraceRequests(trace)  # built as they arrive, dropped when final
     recorder = Recorder(records=RecordLog())
-    infos = [InstanceInfo(i, ex.kv_capacity_tokens, getattr(ex, "name", ""),
-                          getattr(ex, "has_draft", False), getattr(ex, "kv_bytes_per_token", 0.0),
-                          getattr(ex, "num_layers", 0), getattr(ex, "queryable_engine", None))
-             for i, ex in enumerate(executors)]
+    infos = [info_of(ex, i) for i, ex in enumerate(executors)]
     policy = make_policy(infos, recorder)
     stats: list[InstanceStats] = Simulation(requests, policy, executors, recorder,
                                             on_done=on_done, overhead=overhead,

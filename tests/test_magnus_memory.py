@@ -51,7 +51,7 @@ def test_policies_see_the_engine_through_instance_info_and_names_differ_with_par
     assert chatglm_v100(kv_passes=4.0).name != default.name  # time parameters too
     from sim.cluster import ClusterSpec, build_executors
     paged = build_executors(ClusterSpec(model="chatglm-6b", gpu="V100-32GB"))[0]
-    assert getattr(paged, "queryable_engine", None) is None  # a paged executor offers none
+    assert paged.instance_info(0).engine is None  # a paged executor offers none
 
 
 def test_batch_memory_uses_bytes_on_hf_static_and_tokens_elsewhere():
