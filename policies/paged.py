@@ -32,7 +32,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
 
 from sim.block_counter import KVBlocks, make_block_manager
 from sim.errors import ConfigError, check_positive
@@ -73,6 +72,15 @@ class PagedConfig(PolicyConfig):
                           self.acceptance_concentration)
 
 
+@dataclass(slots=True)
+class DecodeBatch:
+    """Running requests grown by one decode slot each, in admission order."""
+
+    requests: list[Request]  # the decodes
+    ids: list[int] | None = None  # their request ids (None: not gathered)
+    held: list[int] | None = None  # tokens each holds after growing (None: not gathered)
+
+
 class PagedPolicy(PrefixJumps, Policy):
     """Routing, admission, on-demand block growth, preemption and step results."""
 
@@ -108,6 +116,9 @@ class PagedPolicy(PrefixJumps, Policy):
             request.reject(now, f"prompt + 1 = {need} tokens need more KV blocks than any "
                                 f"instance has")
             return False
+        if len(self.state) == 1:  # one instance: every router picks it
+            self.state[0].waiting.append(request)
+            return True
         loads = [InstanceLoad(i, self.state[i].waiting, self.state[i].running,
                               self.num_reserved_kv_tokens(i), self.instances[i].kv_capacity_tokens,
                               self.cached_tokens_on(i)) for i in fits]
@@ -170,13 +181,20 @@ class PagedPolicy(PrefixJumps, Policy):
     def grow_decodes(self, s: PagedInstance, now: float) -> list[Request]:
         """One slot for every running request whose prefill is done, in admission order;
         returns those that run (the rest were preempted)."""
-        grow_to = getattr(s.blocks, "grow_to", None)  # block counts: all at once when they fit
+        return self.grow_decode_batch(s, now).requests
+
+    def grow_decode_batch(self, s: PagedInstance, now: float) -> DecodeBatch:
+        """`grow_decodes`, with the batch's ids and held tokens when block counts grew them all
+        at once (what `decode_step` needs next)."""
+        grow_to = getattr(s.blocks, "grow_to_held", None)  # block counts: all at once if they fit
         if grow_to is not None:
             w = self.decode_width
             ready = [r for r in s.running if r.num_computed_tokens
                      and r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens == 1]
-            if grow_to([r.request_id for r in ready], [r.num_computed_tokens + w for r in ready]):
-                return ready  # nobody preempted: what the loop below gives
+            ids = [r.request_id for r in ready]
+            held = grow_to(ids, [r.num_computed_tokens + w for r in ready])
+            if held is not None:
+                return DecodeBatch(ready, ids, held)  # nobody preempted: what the loop gives
         decodes: list[Request] = []
         i = 0
         while i < len(s.running):  # victims leave from the end, so index i stays valid
@@ -187,65 +205,82 @@ class PagedPolicy(PrefixJumps, Policy):
             if not self.grow(s, r, self.decode_width, now):
                 break  # r preempted itself: it was the last running request
             decodes.append(r)
-        return decodes
+        return DecodeBatch(decodes)
 
     # ---- steps ------------------------------------------------------------------------------
-    def decode_iterations(self, s: PagedInstance, batch: list[Request]) -> tuple[int, int]:
+    def decode_iterations(self, s: PagedInstance, batch: list[Request],
+                          ids: list[int] | None = None,
+                          held: list[int] | None = None) -> tuple[int, int]:
         """Iterations a decode-only batch (first slots given) can run without a change: up to
         its fewest remaining outputs, while the free blocks last for every request's growth.
-        Returns (iterations, blocks the iterations after the first take)."""
-        most = min(r.num_remaining_output_tokens for r in batch)
+        Returns (iterations, blocks the iterations after the first take). `ids`, `held`: the
+        batch's request ids and the tokens each holds, when the caller has them."""
+        most = min([r.target_output_tokens - r.num_output_tokens for r in batch])
         if most <= 1:
             return 1, 0
         bs = s.blocks.block_size
-        held = np.array([s.blocks.num_tokens(r.request_id) for r in batch], dtype=np.int64)
-        slack = -held % bs  # free slots in each request's last block
+        if held is None:
+            held = s.blocks.num_tokens_of([r.request_id for r in batch] if ids is None else ids)
+        slack = [-t % bs for t in held]  # free slots in each request's last block
         free = s.blocks.num_free_blocks
-        lo, hi = 0, most - 1  # extra iterations: lo always fits
-        if int((-(-np.maximum(hi - slack, 0) // bs)).sum()) <= free:
-            lo = hi  # the common case: every remaining output fits
+        hi = most - 1  # extra iterations: 0 always fits
+        need = extra_blocks(slack, hi, bs)
+        if need <= free:
+            return most, need  # the common case: every remaining output fits
+        lo = 0
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            blocks = -(-np.maximum(mid - slack, 0) // bs)
-            if int(blocks.sum()) <= free:
+            if extra_blocks(slack, mid, bs) <= free:
                 lo = mid
             else:
                 hi = mid - 1
-        return lo + 1, int((-(-np.maximum(lo - slack, 0) // bs)).sum())
+        return lo + 1, extra_blocks(slack, lo, bs)
 
     def make_step(self, s: PagedInstance, instance_id: int, batch: list[Request],
-                  chunks: list[int], num_iterations: int = 1, num_decodes: int = 0) -> Step:
+                  chunks: list[int], num_iterations: int = 1, num_decodes: int = 0,
+                  ids: list[int] | None = None) -> Step:
         """The Step computing `chunks[i]` new tokens of `batch[i]`; its first `num_decodes`
-        rows are decodes (grown by `decode_width` slots), which verify drafts when speculating."""
+        rows are decodes (grown by `decode_width` slots), which verify drafts when speculating.
+        `ids`: the batch's request ids, when the caller has them."""
         s.in_flight = batch
-        samples = tuple([c == r.num_new_tokens for r, c in zip(batch, chunks)])
+        n = len(batch)
+        if num_decodes < n:
+            samples = tuple([c == r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens
+                             for r, c in zip(batch, chunks)])
+        else:
+            samples = (True,) * n  # a decode samples its one token
         nv = num_decodes if self.spec is not None else 0
         k = self.spec.k if nv else 0
         if nv:  # the leading decodes verify k drafted tokens: k + 1 new tokens each
             chunks = [k + 1] * nv + chunks[nv:]
-        ids = tuple([r.request_id for r in batch])
-        return Step(instance_id, ids, tuple(chunks),
+        ids_t = tuple([r.request_id for r in batch] if ids is None else ids)
+        return Step(instance_id, ids_t, tuple(chunks),
                     tuple([r.num_computed_tokens for r in batch]), samples,
                     num_iterations=num_iterations, num_draft_tokens=k, num_verify_seqs=nv,
-                    num_shared_kv_tokens=s.blocks.shared_tokens(ids))
+                    num_shared_kv_tokens=s.blocks.shared_tokens(ids_t))
 
-    def decode_step(self, s: PagedInstance, instance_id: int, batch: list[Request]) -> Step:
-        """A multi-iteration step of single-token decodes (one verify iteration with a draft)."""
+    def decode_step(self, s: PagedInstance, instance_id: int, batch: list[Request],
+                    ids: list[int] | None = None, held: list[int] | None = None) -> Step:
+        """A multi-iteration step of single-token decodes (one verify iteration with a draft);
+        `ids`, `held` as `grow_decode_batch` gives them."""
+        n = len(batch)
         if self.spec is not None:
-            return self.make_step(s, instance_id, batch, [1] * len(batch), 1, len(batch))
-        k, s.num_pending_blocks = self.decode_iterations(s, batch)
+            return self.make_step(s, instance_id, batch, [1] * n, 1, n, ids)
+        if ids is None:
+            ids = [r.request_id for r in batch]
+        k, s.num_pending_blocks = self.decode_iterations(s, batch, ids, held)
         if self.prefix is not None and k > 1:
             cap = min(k, self.prefix_jump_cap(s, batch, k))
             if cap < k:
                 k, s.num_pending_blocks = cap, self.pending_blocks(s, batch, cap)
-        return self.make_step(s, instance_id, batch, [1] * len(batch), k, len(batch))
+        return self.make_step(s, instance_id, batch, [1] * n, k, n, ids)
 
     @staticmethod
     def pending_blocks(s: PagedInstance, batch: list[Request], num_iterations: int) -> int:
         """Blocks `num_iterations` decode iterations of `batch` take after the first."""
         bs = s.blocks.block_size
-        held = np.array([s.blocks.num_tokens(r.request_id) for r in batch], dtype=np.int64)
-        return int((-(-np.maximum(num_iterations - 1 - (-held % bs), 0) // bs)).sum())
+        held = s.blocks.num_tokens_of([r.request_id for r in batch])
+        return extra_blocks([-t % bs for t in held], num_iterations - 1, bs)
 
     def update(self, step: Step, result: StepResult, now: float) -> list[Request]:
         if result.oom:
@@ -253,19 +288,23 @@ class PagedPolicy(PrefixJumps, Policy):
                                f"{step.instance_id}: its block accounting should prevent it")
         s = self.state[step.instance_id]
         batch, s.in_flight = s.in_flight, []
-        m, nv = result.num_iterations, step.num_verify_seqs
+        m, nv = len(result.iteration_ends_s), step.num_verify_seqs
         done = self.spec.apply(s.blocks, batch[:nv], now, self.recorder) if nv else []
-        sampling = []
-        for r, n, samples in zip(batch[nv:], step.num_new_tokens[nv:], step.samples[nv:]):
-            if samples:
-                sampling.append(r)
-            else:
-                r.compute(n)
+        rows = batch[nv:] if nv else batch
+        if all(step.samples):
+            sampling = rows
+        else:
+            sampling = []
+            for r, n, samples in zip(rows, step.num_new_tokens[nv:], step.samples[nv:]):
+                if samples:
+                    sampling.append(r)
+                else:
+                    r.compute(n)
         if sampling:
             done += emit_batch(sampling, now - result.duration_s, result.iteration_ends_s,
                                self.recorder.gaps)
         if m > 1:
-            s.blocks.append_all([r.request_id for r in batch], m - 1)
+            s.blocks.append_all(step.request_ids, m - 1)  # the batch's ids, in order
         s.num_pending_blocks = 0
         if self.prefix is not None:
             self.prefix.register(s.blocks, batch)
@@ -285,3 +324,9 @@ class PagedPolicy(PrefixJumps, Policy):
     def num_reserved_kv_tokens(self, instance_id: int) -> int:
         s = self.state[instance_id]
         return (s.blocks.num_used_blocks + s.num_pending_blocks) * s.blocks.block_size
+
+
+def extra_blocks(slack: list[int], num_tokens: int, block_size: int) -> int:
+    """Blocks requests with `slack[i]` free slots in their last block take to grow by
+    `num_tokens` tokens each."""
+    return sum([-(-(num_tokens - f) // block_size) for f in slack if num_tokens > f])

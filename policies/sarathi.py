@@ -40,7 +40,8 @@ class SarathiPolicy(PagedPolicy):
 
     def next_step(self, instance_id: int, now: float) -> Step | None:
         s = self.state[instance_id]
-        decodes = self.grow_decodes(s, now)
+        d = self.grow_decode_batch(s, now)
+        decodes = d.requests
         batch, chunks = list(decodes), [1] * len(decodes)
         budget = self.config.token_budget - len(decodes) * self.decode_width  # k + 1 verifying
         chosen = {r.request_id for r in decodes}
@@ -59,5 +60,5 @@ class SarathiPolicy(PagedPolicy):
         if not batch:
             return None
         if len(batch) == len(decodes):
-            return self.decode_step(s, instance_id, decodes)
+            return self.decode_step(s, instance_id, decodes, d.ids, d.held)
         return self.make_step(s, instance_id, batch, chunks, num_decodes=len(decodes))

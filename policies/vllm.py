@@ -67,10 +67,12 @@ class VllmPolicy(PagedPolicy):
 
     def next_step(self, instance_id: int, now: float) -> Step | None:
         s = self.state[instance_id]
-        prefill = self.prefill_step(s, instance_id, now)
+        prefill = self.prefill_step(s, instance_id, now) if s.waiting else None
         if prefill is not None:
             return prefill
-        decodes = self.grow_decodes(s, now)
-        if decodes:
-            return self.decode_step(s, instance_id, decodes)
-        return self.prefill_step(s, instance_id, now)  # a preemption may have freed blocks
+        d = self.grow_decode_batch(s, now)
+        if d.requests:
+            return self.decode_step(s, instance_id, d.requests, d.ids, d.held)
+        if s.waiting:  # a preemption may have freed blocks
+            return self.prefill_step(s, instance_id, now)
+        return None

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from sim.errors import ConfigError, check_positive
 from sim.executor import Step
@@ -160,9 +159,7 @@ class VllmV1Policy(PagedPolicy):
         cap = min((c for c in caps if c is not None), default=step.num_iterations)
         if cap >= step.num_iterations:
             return step
-        bs = s.blocks.block_size
-        held = np.array([s.blocks.num_tokens(r.request_id) for r in decodes], dtype=np.int64)
-        s.num_pending_blocks = int((-(-np.maximum(cap - 1 - (-held % bs), 0) // bs)).sum())
+        s.num_pending_blocks = self.pending_blocks(s, decodes, cap)
         n = len(decodes)
         return self.make_step(s, instance_id, decodes, [1] * n, cap, n)
 

@@ -64,6 +64,11 @@ class CountingBlockManager:
         """Blocks `request_id` holds (0 when none)."""
         return -(-self._tokens.get(request_id, 0) // self.block_size)
 
+    def num_tokens_of(self, request_ids: Sequence[int]) -> list[int]:
+        """`num_tokens` of each id, in one pass."""
+        get = self._tokens.get
+        return [get(rid, 0) for rid in request_ids]
+
     def block_table(self, request_id: int) -> list[int]:
         raise TypeError("CountingBlockManager keeps no block ids: use sim.block_manager."
                         "BlockManager where block tables are needed")
@@ -145,19 +150,28 @@ class CountingBlockManager:
     def grow_to(self, request_ids: Sequence[int], num_tokens: Sequence[int]) -> bool:
         """Grow each held request to at least `num_tokens[i]` tokens, all or none: False, with
         nothing changed, when the free blocks do not cover them all."""
+        return self.grow_to_held(request_ids, num_tokens) is not None
+
+    def grow_to_held(self, request_ids: Sequence[int],
+                     num_tokens: Sequence[int]) -> list[int] | None:
+        """`grow_to`, returning the tokens each request holds after it (None: nothing changed,
+        the free blocks do not cover them all)."""
         tokens, bs = self._tokens, self.block_size
         need = 0
+        after = []
         for rid, t in zip(request_ids, num_tokens):
             held = tokens[rid]
             if t > held:
                 need += -(-t // bs) - -(-held // bs)
+                after.append(t)
+            else:
+                after.append(held)
         if need > self.num_total_blocks - self.num_used_blocks:
-            return False
-        for rid, t in zip(request_ids, num_tokens):
-            if t > tokens[rid]:
-                tokens[rid] = t
+            return None
+        for rid, t in zip(request_ids, after):
+            tokens[rid] = t
         self.num_used_blocks += need
-        return True
+        return after
 
     def free(self, request_id: int) -> int:
         """Release a request's blocks (finished or preempted); returns how many became free."""

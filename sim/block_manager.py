@@ -86,6 +86,11 @@ class BlockManager:
     def num_tokens(self, request_id: int) -> int:
         return self._tokens.get(request_id, 0)
 
+    def num_tokens_of(self, request_ids: Sequence[int]) -> list[int]:
+        """`num_tokens` of each id, in one pass."""
+        get = self._tokens.get
+        return [get(rid, 0) for rid in request_ids]
+
     def num_blocks(self, request_id: int) -> int:
         """Blocks `request_id` holds (0 when none)."""
         return len(self._tables.get(request_id, ()))

@@ -21,7 +21,7 @@ class CostModelExecutor:
     capacity shrinks by the draft's weights and KV, and each step first pays the draft's work.
     """
 
-    __slots__ = ("cost_model", "draft", "_capacity")
+    __slots__ = ("cost_model", "draft", "_capacity", "_ends")
 
     def __init__(self, cost_model: RooflineCostModel, draft: DraftModel | None = None) -> None:
         self.cost_model = cost_model  # the roofline model of one deployment
@@ -29,6 +29,8 @@ class CostModelExecutor:
         target = cost_model.deployment
         self._capacity = (target.kv_capacity_tokens if draft is None else
                           shared_kv_capacity(target, draft.cost_model.deployment))  # tokens
+        # cumulative iteration ends computed lazily up to a cut, when the cost model offers it
+        self._ends = getattr(cost_model, "iteration_ends_from_sums", None)
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -83,11 +85,21 @@ class CostModelExecutor:
         oom_at = self._first_oom_iteration(sum_n + sum_c - step.num_shared_kv_tokens, num_seqs,
                                            step.num_iterations)
         iterations = oom_at or step.num_iterations
+        if num_seqs and sum_n == num_seqs and max(n) == 1:  # one token a row: n c = c, n n = 1
+            sum_nc, sum_nn = sum_c, num_seqs
+        else:
+            sum_nc, sum_nn = sum(map(mul, n, c)), sum(map(mul, n, n))
         k = step.num_draft_tokens  # a verify row takes logits at all of its k + 1 positions
-        times = self.cost_model.iteration_times_from_sums(
-            sum_n, sum_c, sum(map(mul, n, c)), sum(map(mul, n, n)), num_seqs,
-            sum(step.samples) + k * step.num_verify_seqs, iterations)
+        sums = (sum_n, sum_c, sum_nc, sum_nn, num_seqs,
+                sum(step.samples) + k * step.num_verify_seqs, iterations)
+        draft_s = 0.0 if self.draft is None else self.draft.draft_seconds(step)
+        if self._ends is not None:  # cumulative ends, computed only as far as `until_s` cuts
+            ends = self._ends(*sums, until_s if not oom_at else math.inf, draft_s)
+            if not oom_at:
+                return StepResult(ends[-1], np.array(ends))
+            return modelled_result(np.array(ends), until_s, oom_at)
+        times = self.cost_model.iteration_times_from_sums(*sums)
         if self.draft is not None:
-            times[0] += self.draft.draft_seconds(step)
+            times[0] += draft_s
         ends = times if iterations == 1 else np.cumsum(times)
         return modelled_result(ends, until_s, oom_at)

@@ -27,6 +27,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from sim.errors import ConfigError, check_fraction, check_positive
+from sim.run_ends import ends_of
 from sim.hardware import GPUSpec, check_weight_dtype_fits, dense_peak_flops
 from sim.models import ModelSpec
 from sim.moe_cost import RooflineMoE, check_expert_parallel
@@ -309,6 +310,51 @@ class RooflineCostModel:
         out[0] = first
         out[1:] = rest if b else self._step_s  # an empty batch only pays the overhead
         return out
+
+    def iteration_ends_from_sums(self, num_tokens: int, sum_context: int,
+                                 sum_new_x_context: int, sum_new_squared: int, num_seqs: int,
+                                 num_sampled: int, num_iterations: int, until_s: float,
+                                 first_extra_s: float = 0.0) -> list[float]:
+        """Cumulative ends (seconds) of `iteration_times_from_sums` (plus `first_extra_s` on the
+        first), bit for bit, computed only up to the first end at or after `until_s`."""
+        pairs = (2 * sum_new_x_context + sum_new_squared + num_tokens) * 0.5
+        first = self._first_time(num_tokens, sum_context, pairs, num_seqs,
+                                 num_sampled) + first_extra_s
+        b = num_seqs
+        if num_iterations == 1 or first >= until_s or not b:
+            if num_iterations > 1 and first < until_s:  # an empty batch: overhead only
+                return ends_of(first, [self._step_s] * (num_iterations - 1), until_s)
+            return [first]
+        d_flops, d_bytes = self._dense_work(b, b)
+        base = max(d_flops * self._inv_cd, d_bytes * self._inv_m) + self._dequant_s
+        tail = [self._ar_fixed_s + self._ar_spt * b]  # added in this order after attention
+        if self._moe is not None:
+            tail.append(self._moe.a2a_s(b))
+        tail += [self._step_s, self._seq_s * b]
+        fpp, kvb, inv_c, inv_m = self._attn_fpp, self._kv_bpt, self._inv_c, self._inv_m
+        x = sum_context + num_tokens + b  # attention's context + b, tokens
+        if len(tail) == 3 and kvb * inv_m > fpp * inv_c * (1.0 + 1e-9):  # memory-bound decode
+            t0, t1, t2 = tail  # the usual case, unrolled: kvb * x * inv_m is always the max
+            ends, e = [first], first
+            for _ in range(num_iterations - 1):
+                e += base + kvb * x * inv_m + t0 + t1 + t2
+                ends.append(e)
+                if e >= until_s:
+                    break
+                x += b
+            return ends
+        ends, e = [first], first
+        for _ in range(num_iterations - 1):
+            a, m = fpp * x * inv_c, kvb * x * inv_m
+            r = base + (a if a >= m else m)
+            for t in tail:
+                r += t
+            e += r
+            ends.append(e)
+            if e >= until_s:
+                break
+            x += b
+        return ends
 
     def iteration_times(self, num_new_tokens: Sequence[int], num_context_tokens: Sequence[int],
                         num_sampled: int, num_iterations: int = 1) -> np.ndarray:

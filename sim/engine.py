@@ -139,7 +139,8 @@ class Simulation:
                 if records is not None:
                     records.add((r,))
                 state.done(1)
-            state.wake_all()
+            if state.idle:
+                state.wake_all()
         state.arrivals_done = True
         self.policy.drain(env.now)
         state.wake_all()
@@ -175,9 +176,10 @@ class Simulation:
         ov = self.overhead
         clock = None if ov is None or ov.is_zero else OverheadClock(ov)
         sched = gap = 0.0  # modelled scheduler seconds of a step, and the GPU-idle part
+        now = env.now
         while True:
             t0 = perf_counter()
-            step = policy.next_step(instance_id, env.now)
+            step = policy.next_step(instance_id, now)
             host = perf_counter() - t0
             if step is None:
                 st.policy_host_s += host
@@ -186,30 +188,33 @@ class Simulation:
                 if clock is not None:
                     clock.idle()
                 yield from self._sleep(instance_id, state)
+                now = env.now
                 continue
-            until = state.next_arrival_s - env.now if step.stop_on_arrival else math.inf
+            until = state.next_arrival_s - now if step.stop_on_arrival else math.inf
             if clock is None:
                 result = executor.execute(step, until)
             else:
                 result, sched, gap = clock.run(executor, step, until)
-            start = env.now
+            start = now
             reserved = policy.num_reserved_kv_tokens(instance_id)
             yield env.timeout(result.duration_s)
-            m = result.num_iterations
-            first, ctx, seqs = step.num_first_tokens, sum(step.num_context_tokens), step.num_seqs
+            now = env.now
+            m = len(result.iteration_ends_s)
+            first, ctx = sum(step.num_new_tokens), sum(step.num_context_tokens)
+            seqs = len(step.request_ids)
             computed = first + (m - 1) * seqs if m else 0  # tokens over completed iterations
             kv = ctx + computed - step.num_shared_kv_tokens if m else 0  # kv_tokens_after(m)
-            wall = env.now - start
+            wall = now - start
             st.busy_s += wall
             st.gpu_busy_s += wall - gap
             st.sched_s += sched
             st.num_steps += 1
             st.num_iterations += m
-            st.seq_iterations += m * step.num_seqs
+            st.seq_iterations += m * seqs
             st.peak_kv_tokens = max(st.peak_kv_tokens, kv)
             st.peak_reserved_kv_tokens = max(st.peak_reserved_kv_tokens, reserved)
             t0 = perf_counter()
-            done = policy.update(step, result, env.now)
+            done = policy.update(step, result, now)
             host += perf_counter() - t0
             st.policy_host_s += host
             rec.record_step(instance_id, start, wall, m, seqs, first, ctx, computed, kv, reserved,
@@ -218,9 +223,11 @@ class Simulation:
             for r in done:
                 live.pop(r.request_id, None)
                 if r.status is not RequestStatus.FINISHED:  # failed (or rejected) while queued
-                    rec.event(env.now, r.status.value, r.request_id,
+                    rec.event(now, r.status.value, r.request_id,
                               f"{r.reason}: {r.reason_detail}")
-            if rec.records is not None:
-                rec.records.add(done)
-            state.done(len(done))
-            state.wake_all()
+            if done:
+                if rec.records is not None:
+                    rec.records.add(done)
+                state.done(len(done))
+            if state.idle:
+                state.wake_all()

@@ -210,9 +210,9 @@ def emit_batch(requests: list[Request], start_s: float, ends_s: np.ndarray,
     t_first = start_s + float(ends_s[0])
     t_last = start_s + float(ends_s[-1])
     if n > 1:
-        inner = np.diff(ends_s)
+        inner = ends_s[1:] - ends_s[:-1]  # np.diff(ends_s)
         gaps.add(inner, weight=len(requests))
-        longest = float(inner.max())
+        longest = max(inner.tolist()) if n < 64 else float(inner.max())  # same value
     else:
         longest = 0.0
     first_gaps: list[float] = []
@@ -289,6 +289,9 @@ def requests_from_trace(trace: "pd.DataFrame") -> list[Request]:
     return [request_from_row(cols, i) for i in range(len(trace))]
 
 
+OPTIONAL = ("text", "app", "session_id", "block_ids", "block_tokens")  # optional trace columns
+
+
 def trace_columns(trace: "pd.DataFrame") -> dict[str, np.ndarray | list | None]:
     """A trace's columns as requests read them: arrival / prompt / output arrays (arrivals
     checked), the optional per-row columns as lists (None when absent)."""
@@ -302,7 +305,7 @@ def trace_columns(trace: "pd.DataFrame") -> dict[str, np.ndarray | list | None]:
     out: dict[str, np.ndarray | list | None] = {
         "arrival_s": arrival, "prompt_tokens": trace["prompt_tokens"].to_numpy(dtype=np.int64),
         "output_tokens": trace["output_tokens"].to_numpy(dtype=np.int64)}
-    for name in ("text", "app", "session_id", "block_ids", "block_tokens"):
+    for name in OPTIONAL:
         out[name] = trace[name].tolist() if name in trace.columns else None
     return out
 

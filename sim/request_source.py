@@ -11,29 +11,57 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence, Union
 
-from sim.request import Request, request_from_row, trace_columns
+from sim.request import OPTIONAL, Request, request_from_row, trace_columns
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
+CHUNK = 1 << 16  # rows whose arrival, prompt and output values are held as Python lists
+
+
 class TraceRequests:
-    """Requests for every row of a trace DataFrame, built one at a time; ids = row order."""
+    """Requests for every row of a trace DataFrame, built one at a time; ids = row order.
+
+    Rows are read in order, so the three numeric columns are converted to Python values one
+    chunk of CHUNK rows at a time (the same values `request_from_row` reads, without a numpy
+    scalar per field)."""
 
     def __init__(self, trace: "pd.DataFrame") -> None:
         self.columns = trace_columns(trace)  # arrays and optional per-row lists
         self._arrival = self.columns["arrival_s"]  # seconds, one per row
+        cols = self.columns
+        self._plain = all(cols[name] is None for name in OPTIONAL)  # only the three numbers
+        self._start = -1  # first row of the chunk held as lists (-1: none yet)
+        self._chunk: tuple[list[float], list[int], list[int]] = ([], [], [])
 
     def __len__(self) -> int:
         return len(self._arrival)
 
     def arrival_s(self, i: int) -> float:
         """Trace arrival time of row `i` (seconds)."""
+        j = i - self._start
+        if 0 <= j < CHUNK and self._start >= 0:
+            return self._chunk[0][j]
         return float(self._arrival[i])
 
     def request(self, i: int) -> Request:
         """A new Request for row `i`."""
-        return request_from_row(self.columns, i)
+        if not self._plain:
+            return request_from_row(self.columns, i)
+        j = i - self._start
+        if not (0 <= j < CHUNK and self._start >= 0):
+            self._load(i)
+            j = 0
+        arrival, prompt, output = self._chunk
+        return Request(i, arrival[j], prompt[j], output[j])
+
+    def _load(self, i: int) -> None:
+        """Hold rows i .. i + CHUNK - 1 as Python lists."""
+        end, cols = i + CHUNK, self.columns
+        self._start = i
+        self._chunk = (self._arrival[i:end].tolist(), cols["prompt_tokens"][i:end].tolist(),
+                       cols["output_tokens"][i:end].tolist())
 
 
 class ListRequests:

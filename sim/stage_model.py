@@ -27,6 +27,7 @@ import numpy as np
 from sim.cost_model import ACT_DTYPE_BYTES, DeploymentSpec, kv_dtype_bytes, weight_dtype_bytes
 from sim.hardware import dense_peak_flops
 from sim.moe_stage import MoEStageTerms
+from sim.run_ends import ends_of
 from sim.stage_params import StageParams
 
 
@@ -208,22 +209,27 @@ class StageCostModel:
         ar = 2 * self.allreduce_s(self._hidden_bytes * num_tokens) if self._tp > 1 else 0.0
         return self._layers * (self.dense_layer_s(num_tokens) + attention_s + ar)
 
+    def _first_s(self, num_tokens: int, sum_context: int, sum_new_x_context: int,
+                 sum_new_squared: int, num_seqs: int, num_sampled: int) -> float:
+        """Seconds of an iteration computing the given chunks (batch sums)."""
+        if not num_tokens:
+            return self.params.cpu_step_s  # nothing to compute: no forward pass
+        n, c, d, kv = self.split_sums(num_tokens, sum_context, sum_new_x_context,
+                                      sum_new_squared, num_seqs)
+        attn = self.attn_prefill_layer_s(n, c)
+        if d:
+            attn += self._dec_fixed + kv * self._decode_s_per_kv_token(d)
+        gpu = self._layers_s(num_tokens, attn) + self.gpu_fixed_s(num_seqs, num_sampled)
+        return max(gpu, self._launch_floor) + self.host_s(num_seqs)
+
     def iteration_times_from_sums(self, num_tokens: int, sum_context: int, sum_new_x_context: int,
                                   sum_new_squared: int, num_seqs: int, num_sampled: int,
                                   num_iterations: int = 1) -> np.ndarray:
         """Seconds of each iteration from batch sums (sum n_i, sum c_i, sum n_i*c_i,
         sum n_i**2); iterations after the first decode one token per sequence, all sampled."""
         out = np.empty(num_iterations)
-        if not num_tokens:
-            out[0] = self.params.cpu_step_s  # nothing to compute: no forward pass
-        else:
-            n, c, d, kv = self.split_sums(num_tokens, sum_context, sum_new_x_context,
-                                          sum_new_squared, num_seqs)
-            attn = self.attn_prefill_layer_s(n, c)
-            if d:
-                attn += self._dec_fixed + kv * self._decode_s_per_kv_token(d)
-            gpu = self._layers_s(num_tokens, attn) + self.gpu_fixed_s(num_seqs, num_sampled)
-            out[0] = max(gpu, self._launch_floor) + self.host_s(num_seqs)
+        out[0] = self._first_s(num_tokens, sum_context, sum_new_x_context, sum_new_squared,
+                               num_seqs, num_sampled)
         if num_iterations == 1:
             return out
         b = num_seqs
@@ -237,6 +243,34 @@ class StageCostModel:
             np.maximum(gpu, self._launch_floor, out=gpu)
         out[1:] = gpu + self.host_s(b)
         return out
+
+    def iteration_ends_from_sums(self, num_tokens: int, sum_context: int,
+                                 sum_new_x_context: int, sum_new_squared: int, num_seqs: int,
+                                 num_sampled: int, num_iterations: int, until_s: float,
+                                 first_extra_s: float = 0.0) -> list[float]:
+        """Cumulative ends (seconds) of `iteration_times_from_sums` (plus `first_extra_s` on the
+        first), bit for bit, computed only up to the first end at or after `until_s`."""
+        first = self._first_s(num_tokens, sum_context, sum_new_x_context, sum_new_squared,
+                              num_seqs, num_sampled) + first_extra_s
+        ends = [first]
+        b = num_seqs
+        if num_iterations == 1 or first >= until_s or not b:
+            if num_iterations > 1 and first < until_s:  # an empty batch: overhead only
+                return ends_of(first, [self.params.cpu_step_s] * (num_iterations - 1), until_s)
+            return ends
+        base = self._layers_s(b, self._dec_fixed) + self.gpu_fixed_s(b, b)
+        slope, host, floor = (self._layers * self._decode_s_per_kv_token(b), self.host_s(b),
+                              self._launch_floor)
+        e, kv0, append = first, sum_context + num_tokens, ends.append
+        for j in range(1, num_iterations):
+            gpu = base + slope * float(j * b + kv0)
+            if floor and gpu < floor:
+                gpu = floor
+            e += gpu + host
+            append(e)
+            if e >= until_s:
+                break
+        return ends
 
     def iteration_times(self, num_new_tokens: Sequence[int], num_context_tokens: Sequence[int],
                         num_sampled: int, num_iterations: int = 1) -> np.ndarray:
