@@ -169,6 +169,9 @@ class BlockManager:
     def append(self, request_id: int, num_new_tokens: int) -> list[int]:
         """Grow a request by `num_new_tokens` tokens; returns the blocks newly given to it."""
         need = self.blocks_to_append(request_id, num_new_tokens)
+        if not need:  # the last block has room (most decodes): only the count moves
+            self._tokens[request_id] += num_new_tokens
+            return []
         if need > self.num_free_blocks:
             raise OutOfBlocks(f"request {request_id} needs {need} blocks, "
                               f"{self.num_free_blocks} free")

@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 import simpy
 
 from sim.executor import Executor
+from sim.gc_pace import paced_gc
 from sim.overhead import OverheadClock, SchedulingOverhead
 from sim.policy import Policy
 from sim.recorder import Recorder
@@ -105,7 +106,8 @@ class Simulation:
         self.env.process(self._arrivals(source, state, self.max_concurrency))
         for i, ex in enumerate(self.executors):
             self.env.process(self._serve(i, ex, stats[i], state))
-        self.env.run()
+        with paced_gc():  # fewer young-generation sweeps (sim/gc_pace.py)
+            self.env.run()
         if state.num_done < state.total:
             stuck = [i for i, r in state.live.items() if not r.is_finished][:10]
             raise SimulationStuck(
