@@ -29,7 +29,7 @@ speculative verify of k + 1 tokens instead (`policies/speculative.py`).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 
@@ -39,6 +39,7 @@ from sim.executor import Step, StepResult
 from sim.request import Request, emit_batch
 
 from policies.base import Policy, PolicyConfig
+from policies.paged_decode import DecodeBatch, extra_blocks, jump_iterations
 from policies.paged_instance import PagedInstance
 from policies.paged_prefix_jumps import PrefixJumps
 from policies.prefix_caching import PrefixCaching
@@ -70,15 +71,6 @@ class PagedConfig(PolicyConfig):
                               "must be true or false")
         check_speculative(self.num_speculative_tokens, self.acceptance_rate,
                           self.acceptance_concentration)
-
-
-@dataclass(slots=True)
-class DecodeBatch:
-    """Running requests grown by one decode slot each, in admission order."""
-
-    requests: list[Request]  # the decodes
-    ids: list[int] | None = None  # their request ids (None: not gathered)
-    held: list[int] | None = None  # tokens each holds after growing (None: not gathered)
 
 
 class PagedPolicy(PrefixJumps, Policy):
@@ -221,20 +213,7 @@ class PagedPolicy(PrefixJumps, Policy):
         bs = s.blocks.block_size
         if held is None:
             held = s.blocks.num_tokens_of([r.request_id for r in batch] if ids is None else ids)
-        slack = [-t % bs for t in held]  # free slots in each request's last block
-        free = s.blocks.num_free_blocks
-        hi = most - 1  # extra iterations: 0 always fits
-        need = extra_blocks(slack, hi, bs)
-        if need <= free:
-            return most, need  # the common case: every remaining output fits
-        lo = 0
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if extra_blocks(slack, mid, bs) <= free:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo + 1, extra_blocks(slack, lo, bs)
+        return jump_iterations([-t % bs for t in held], most, s.blocks.num_free_blocks, bs)
 
     def make_step(self, s: PagedInstance, instance_id: int, batch: list[Request],
                   chunks: list[int], num_iterations: int = 1, num_decodes: int = 0,
@@ -324,9 +303,3 @@ class PagedPolicy(PrefixJumps, Policy):
     def num_reserved_kv_tokens(self, instance_id: int) -> int:
         s = self.state[instance_id]
         return (s.blocks.num_used_blocks + s.num_pending_blocks) * s.blocks.block_size
-
-
-def extra_blocks(slack: list[int], num_tokens: int, block_size: int) -> int:
-    """Blocks requests with `slack[i]` free slots in their last block take to grow by
-    `num_tokens` tokens each."""
-    return sum([-(-(num_tokens - f) // block_size) for f in slack if num_tokens > f])
