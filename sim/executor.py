@@ -38,12 +38,14 @@ class Chunk:
     samples: bool  # the chunk reaches the end of its known tokens, so a token is sampled
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Step:
     """One model invocation on one instance: a batch of per-request token chunks.
 
     Columns are stored as parallel tuples (one entry per scheduled request) so building and
-    summing them stays cheap on the simulator's hot path.
+    summing them stays cheap on the simulator's hot path. Read-only by convention, not frozen:
+    a frozen dataclass's constructor costs about 7% of a long run (benchmarks/scale.py); use
+    `dataclasses.replace` for a changed copy, as the policies do.
     """
 
     instance_id: int  # index of the model instance that runs the step
@@ -117,9 +119,9 @@ class Step:
                    tuple(c.samples for c in chunks), **kwargs)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StepResult:
-    """What the executor measured or modelled for a Step."""
+    """What the executor measured or modelled for a Step (read-only by convention, as Step)."""
 
     duration_s: float  # seconds the instance was busy, lost time before an OOM included
     iteration_ends_s: np.ndarray  # seconds from step start to the end of each completed iteration
