@@ -7,13 +7,16 @@ wall-second and the peak RSS of the whole process (`ru_maxrss`). The last column
 request (wall / requests) relative to the smallest size of the same policy: 1.0 is linear.
 Prints figures, asserts nothing about speed.
 
-    python benchmarks/scale.py [--sizes 10000,100000,1000000] [--policies vllm_v0,sarathi,orca]
-        [--cost-model roofline] [--rate 2] [--seed 0] [--in-memory]
+    python benchmarks/scale.py [--sizes 10000,100000,1000000]
+        [--policies vllm_v0,vllm,sarathi,orca] [--cost-model roofline] [--rate 2] [--seed 0]
+        [--in-memory]
 
 The cost model is always named (`cluster.cost_model: {kind: roofline}` by default), so the
 figures do not move when the default kind changes. `vllm_v0` (vLLM's v0 scheduler) resolves to the
-registered name `vllm_v0`, else to `vllm` (the name it had before the rename). To time another
-tree, set PYTHONPATH to it: the script then imports `sim`, `policies`, `traces` from there.
+registered name `vllm_v0`, else to `vllm` (the name it had before the rename); `vllm` is
+today's V1 scheduler (prefix caching on, as V1 defaults), timed only in trees that have both.
+To time another tree, set PYTHONPATH to it: the script then imports `sim`, `policies`, `traces`
+from there.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ if not os.environ.get("PYTHONPATH"):
 
 COST_MODELS = ("roofline", "stage")  # --cost-model choices (cluster.cost_model.kind)
 BATCH_CAP = 128  # running requests per instance (max_num_seqs / max_batch_size)
-LABELS = {"vllm_v0": "vllm_v0 (paged, v0)"}  # printed names of resolved policies
+LABELS = {"vllm_v0": "vllm_v0 (paged, v0)",  # printed names of resolved policies
+          "vllm": "vllm (V1, prefix cache)"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,9 @@ def resolve_policy(name: str) -> str:
     from policies.registry import policy_names
 
     names = policy_names()
+    if name == "vllm" and "vllm_v0" not in names:
+        raise SystemExit("this tree's `vllm` is the v0 scheduler (before the rename): time it "
+                         "as vllm_v0")
     if name in names:
         return name
     if name == "vllm_v0" and "vllm" in names:
@@ -151,7 +158,7 @@ def row(f: Figures, base: dict[str, float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000,1000000", help="requests, comma-separated")
-    ap.add_argument("--policies", default="vllm_v0,sarathi,orca", help="comma-separated")
+    ap.add_argument("--policies", default="vllm_v0,vllm,sarathi,orca", help="comma-separated")
     ap.add_argument("--cost-model", choices=COST_MODELS, default="roofline",
                     help="cluster.cost_model.kind, always passed explicitly")
     ap.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals, req/s")
