@@ -20,6 +20,7 @@ from experiments.report import rate_text
 from experiments.workload_config import INF_RATE, clients_at_rate, parse_rate
 from experiments.workload_config import (SyntheticWorkload, TraceWorkload, WorkloadConfig,
                                          sessions_at_rate, workload_from_dict)
+from policies.kv_tier_config import check_kv_tiers_cluster
 from policies.prefix_caching import check_prefix_caching_backend
 from sim.cluster import ClusterSpec
 from sim.errors import ConfigError
@@ -98,6 +99,7 @@ class ExperimentConfig:
             config = entry.resolve(f"policies[{i}]")
             cluster = self.cluster_for(entry, f"policies[{i}].cluster")
             check_prefix_caching_backend(config, cluster.backend, f"policies[{i}].params")
+            check_kv_tiers_cluster(config, cluster, f"policies[{i}].params")
             check_draft(config, cluster, f"policies[{i}]")
             check_name(f"policies[{i}].label", entry.label)
             if entry.label in labels:

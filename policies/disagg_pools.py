@@ -20,6 +20,7 @@ from sim.executor import InstanceInfo
 from sim.recorder import Recorder
 from sim.request import Request
 
+from policies.kv_tier_config import tier_field, uses_kv_tiers
 from policies.paged import PagedInstance, PagedPolicy
 from policies.registry import get_policy, make_config
 from policies.routing import InstanceLoad
@@ -112,6 +113,10 @@ def pool_params(name: str, params: Mapping[str, Any], field: str) -> dict[str, A
     if out.get("num_speculative_tokens", 0):
         raise ConfigError(f"{field}.num_speculative_tokens", out["num_speculative_tokens"],
                           "speculative decoding does not compose with disagg yet")
+    if uses_kv_tiers(out):
+        name, value = tier_field(out)
+        raise ConfigError(f"{field}.{name}", value, "KV swap and prefix tiers do not compose "
+                                                   "with disagg yet")
     if "enable_prefix_caching" in {f for f in get_policy(name).Config.__dataclass_fields__}:
         out["enable_prefix_caching"] = False
     return out

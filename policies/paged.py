@@ -7,7 +7,9 @@ request blocks for all its known tokens (vLLM v0 allocates the whole prompt, eve
 prefilled in chunks); a decode grows its request by one slot per iteration, on demand. When a
 decode finds no free block, the most recently admitted running request is preempted by
 recomputation: its blocks are freed, `Request.preempt()` counts its computed tokens as
-recomputed, and it goes back to the head of the waiting queue (vLLM's `RECOMPUTE` mode).
+recomputed, and it goes back to the head of the waiting queue (vLLM's `RECOMPUTE` mode; with
+`preemption_mode: swap` its blocks are copied to host memory instead, policies/swap.py; KV tiers
+are set up by policies/kv_tiers.py).
 
 Blocks never exceed the instance's KV capacity, so a step never runs out of memory. A request
 whose prompt + 1 tokens need more blocks than the cache has is rejected on arrival; one that
@@ -39,12 +41,15 @@ from sim.executor import Step, StepResult
 from sim.request import Request, emit_batch
 
 from policies.base import Policy, PolicyConfig
+from policies.kv_tier_config import check_kv_tier_params
+from policies.kv_tiers import build_kv_tiers
 from policies.paged_decode import DecodeBatch, extra_blocks, jump_iterations
 from policies.paged_instance import PagedInstance
 from policies.paged_prefix_jumps import PrefixJumps
 from policies.prefix_caching import PrefixCaching
 from policies.speculative import build_speculator, check_speculative
 from policies.routing import InstanceLoad, build_router, check_router
+from policies.swap import swap_out
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,12 @@ class PagedConfig(PolicyConfig):
     acceptance_rate: float = 0.7  # per-token probability the target accepts a draft token
     acceptance_concentration: float = 0.0  # Beta concentration of per-request rates; 0: fixed
     enable_prefix_caching: bool = False  # reuse cached prefix KV blocks (prefix_caching.py)
+    # KV memory tiers (policies/kv_tier_config.py), off by default:
+    preemption_mode: str = "recompute"  # recompute | swap (preempted KV to host memory)
+    swap_space: float = 4.0  # GiB of host memory per instance for swapped-out KV
+    host_prefix_cache_gib: float = 0.0  # GiB of host memory per instance for prefix blocks
+    # evicted from the GPU (0: off)
+    remote_prefix_cache_gib: float = 0.0  # GiB of a remote KV store per instance (0: off)
 
     def __post_init__(self) -> None:
         check_positive("block_size", self.block_size)
@@ -71,6 +82,7 @@ class PagedConfig(PolicyConfig):
                               "must be true or false")
         check_speculative(self.num_speculative_tokens, self.acceptance_rate,
                           self.acceptance_concentration)
+        check_kv_tier_params(self)
 
 
 class PagedPolicy(PrefixJumps, Policy):
@@ -89,6 +101,7 @@ class PagedPolicy(PrefixJumps, Policy):
         self.state = [PagedInstance(make_block_manager(info.kv_capacity_tokens // bs, bs, wm,
                                                        caching))
                       for info in self.instances]
+        build_kv_tiers(self.config, self.instances, self.state, self.recorder)  # when on
         self.prefix = PrefixCaching(bs) if caching else None  # prefix KV reuse, when enabled
         self.router = build_router(self.config.router, len(self.instances))
         c = self.config
@@ -148,7 +161,10 @@ class PagedPolicy(PrefixJumps, Policy):
         return r
 
     def preempt(self, s: PagedInstance, victim: Request, now: float) -> None:
-        """Recompute `victim` later: free its blocks, put it at the head of the queue."""
+        """Recompute `victim` later: free its blocks, put it at the head of the queue (with
+        `preemption_mode: swap`, copy its KV to host memory instead while there is room)."""
+        if s.swap is not None and swap_out(s, victim, now, self.recorder):
+            return
         s.running.remove(victim)
         s.blocks.free(victim.request_id)
         self.recorder.event(now, "preempt", victim.request_id,
@@ -233,10 +249,11 @@ class PagedPolicy(PrefixJumps, Policy):
         if nv:  # the leading decodes verify k drafted tokens: k + 1 new tokens each
             chunks = [k + 1] * nv + chunks[nv:]
         ids_t = tuple([r.request_id for r in batch] if ids is None else ids)
-        return Step(instance_id, ids_t, tuple(chunks),
+        step = Step(instance_id, ids_t, tuple(chunks),
                     tuple([r.num_computed_tokens for r in batch]), samples,
                     num_iterations=num_iterations, num_draft_tokens=k, num_verify_seqs=nv,
                     num_shared_kv_tokens=s.blocks.shared_tokens(ids_t))
+        return step if s.moves is None else s.moves.attach(step)  # KV tier copies, if any
 
     def decode_step(self, s: PagedInstance, instance_id: int, batch: list[Request],
                     ids: list[int] | None = None, held: list[int] | None = None) -> Step:

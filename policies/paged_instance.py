@@ -6,7 +6,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from sim.block_counter import KVBlocks
+from sim.kv_moves import KVMoves
 from sim.request import Request
+
+from policies.swap_space import SwapSpace
 
 
 @dataclass
@@ -18,3 +21,5 @@ class PagedInstance:
     running: list[Request] = field(default_factory=list)  # admitted, in admission order
     in_flight: list[Request] = field(default_factory=list)  # the running step's requests
     num_pending_blocks: int = 0  # blocks the step in flight takes after its first iteration
+    swap: SwapSpace | None = None  # host memory for swapped-out KV (preemption_mode: swap)
+    moves: KVMoves | None = None  # KV copies between tiers the next step makes (tiers on)

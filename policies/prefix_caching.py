@@ -9,13 +9,16 @@ computed, capped so at least one token is still computed (vLLM recomputes the la
 a full hit, to sample from it). The Step still lists them as context: attention over cached KV is
 real work. After every step, blocks that became full and computed are registered under their keys
 (prompt blocks and, when the ids cover them, output blocks), so a finished or preempted request
-leaves its blocks cached (evictable, LRU) for later requests on the same instance.
+leaves its blocks cached (evictable, LRU) for later requests on the same instance. With a host
+(and remote) prefix tier, evicted blocks are demoted there and a hit on them is promoted back
+(sim/kv_tiers.py); the request's `num_host_hit_tokens` / `num_remote_hit_tokens` count them.
 """
 
 from __future__ import annotations
 
 from sim.block_manager import BlockManager
 from sim.errors import ConfigError
+from sim.kv_tiers import TieredBlockManager
 from sim.prefix_keys import BlockKey, block_keys
 from sim.request import Request
 
@@ -59,6 +62,10 @@ class PrefixCaching:
         tokens = min(hits * self.block_size, r.num_tokens - 1)
         r.num_computed_tokens = tokens
         r.num_cached_tokens += tokens
+        if isinstance(blocks, TieredBlockManager):  # hits promoted from a lower tier
+            host, remote = blocks.split_hit_tokens(tokens)
+            r.num_host_hit_tokens += host
+            r.num_remote_hit_tokens += remote
         return tokens
 
     def register(self, blocks: BlockManager, batch: list[Request]) -> None:

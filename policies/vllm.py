@@ -10,6 +10,8 @@ decode steps jump over as many iterations as cannot change the batch.
 A prompt longer than `max_num_batched_tokens` is rejected (vLLM's prompt limit). A preempted
 request recomputes its prompt and outputs in one prefill; when that exceeds the budget it runs
 as the step's only prefill (vLLM's `max_model_len <= max_num_batched_tokens` rules this out).
+With `preemption_mode: swap` a preempted request's KV goes to host memory and comes back ahead
+of new prompts (policies/swap.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from sim.request import EXCEEDS_BATCH_TOKENS, Request
 
 from policies.paged import PagedConfig, PagedInstance, PagedPolicy
 from policies.registry import register_policy
+from policies.swap import v0_swap_step
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class VllmPolicy(PagedPolicy):
 
     def next_step(self, instance_id: int, now: float) -> Step | None:
         s = self.state[instance_id]
+        if s.swap is not None:  # preemption_mode: swap (policies/swap.py)
+            return v0_swap_step(self, s, instance_id, now)
         prefill = self.prefill_step(s, instance_id, now) if s.waiting else None
         if prefill is not None:
             return prefill

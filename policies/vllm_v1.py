@@ -32,6 +32,7 @@ from sim.errors import ConfigError, check_positive
 from sim.executor import Step
 from sim.request import Request
 
+from policies.kv_tier_config import refuse_kv_tiers
 from policies.paged import PagedConfig, PagedInstance, PagedPolicy
 from policies.registry import register_policy
 
@@ -56,6 +57,9 @@ class VllmV1Config(PagedConfig):
         if self.long_prefill_token_threshold < 0:
             raise ConfigError("long_prefill_token_threshold", self.long_prefill_token_threshold,
                               "must be >= 0 (0: no cap)")
+        refuse_kv_tiers(self, "vllm (the V1 engine) preempts by recomputation only and its "
+                              "KV offloading is not modelled; swap and host / remote prefix "
+                              "tiers run on vllm_v0 and sarathi (vLLM V0)")
 
 
 @dataclass

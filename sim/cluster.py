@@ -18,6 +18,8 @@ from sim.errors import ConfigError, check_fraction, check_positive
 from sim.field_types import check_fields
 from sim.heterogeneous import build_heterogeneous, normalize_instances
 from sim.hf_static import check_hf_static_cluster, engine_kind, hf_static_params
+from sim.kv_moves import DEFAULT_HOST_LINK, DEFAULT_REMOTE_LINK
+from sim.kv_transfer import link_preset
 from sim.limits import resolve_max_model_len
 from sim.overhead import SchedulingOverhead, build_overhead
 
@@ -47,6 +49,9 @@ class ClusterSpec:
     expert_zipf: float = 0.0  # Zipf exponent of MoE expert popularity (0: uniform routing)
     engine: Mapping[str, Any] = field(default_factory=dict)  # {}: paged; {kind: hf_static, ...}:
     # HF-transformers static batches, contiguous padded KV (sim/hf_static.py, docs/magnus.md)
+    kv_host_link: str = DEFAULT_HOST_LINK  # GPU <-> host memory link of KV swap and host prefix
+    # tier copies (a sim/kv_transfer.py preset: pcie4_host ~25 GB/s, pcie5_host ~50 GB/s, ...)
+    kv_remote_link: str = DEFAULT_REMOTE_LINK  # remote KV store -> GPU link (a preset)
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -70,6 +75,8 @@ class ClusterSpec:
         build_overhead(self.scheduling_overhead, self.backend)  # validates; None when empty
         if self.max_model_len is not None:
             resolve_max_model_len((), self.max_model_len)  # an int >= 1; vs the model: at build
+        link_preset(self.kv_host_link, "cluster.kv_host_link")
+        link_preset(self.kv_remote_link, "cluster.kv_remote_link")
         if engine_kind(self.engine) == "hf_static":
             hf_static_params(self.engine)  # validates the options
             check_hf_static_cluster(self.tensor_parallel, self.backend, self.draft_model,
@@ -105,6 +112,7 @@ def build_executors(spec: ClusterSpec,
     from sim.cost_model_choice import build_cost_model
     from sim.draft import build_draft
     from sim.gpu_file import resolve_gpu
+    from sim.kv_moves import tier_links
     from sim.models import resolve_model
 
     deployment = DeploymentSpec(model=resolve_model(spec.model), gpu=resolve_gpu(spec.gpu),
@@ -118,5 +126,6 @@ def build_executors(spec: ClusterSpec,
 
         return build_hf_static_executors(deployment, spec.engine, spec.num_instances)
     draft = build_draft(deployment, spec.draft_model, spec.cost_model)  # None without one
-    executor = CostModelExecutor(build_cost_model(deployment, spec.cost_model), draft)
+    links = tier_links(deployment, spec.kv_host_link, spec.kv_remote_link)
+    executor = CostModelExecutor(build_cost_model(deployment, spec.cost_model), draft, links)
     return [executor] * spec.num_instances

@@ -10,6 +10,7 @@ import numpy as np
 from sim.cost_model import RooflineCostModel, kv_dtype_bytes
 from sim.draft import DraftModel, shared_kv_capacity
 from sim.executor import InstanceInfo, Step, StepResult, modelled_result
+from sim.kv_moves import TierLinks, tier_links
 
 
 class CostModelExecutor:
@@ -19,13 +20,18 @@ class CostModelExecutor:
     iteration after which its batch's KV footprint exceeds `kv_capacity_tokens`; that iteration's
     time is charged as lost. With a `draft` model (speculative decoding, `sim/draft.py`) the
     capacity shrinks by the draft's weights and KV, and each step first pays the draft's work.
+    A step that copies KV between memory tiers (swap, host / remote prefix tiers) pays the copies
+    over `kv_links` in its first iteration (sim/kv_moves.py).
     """
 
-    __slots__ = ("cost_model", "draft", "_capacity", "_ends")
+    __slots__ = ("cost_model", "draft", "_capacity", "kv_links", "_ends")
 
-    def __init__(self, cost_model: RooflineCostModel, draft: DraftModel | None = None) -> None:
+    def __init__(self, cost_model: RooflineCostModel, draft: DraftModel | None = None,
+                 kv_links: TierLinks | None = None) -> None:
         self.cost_model = cost_model  # the roofline model of one deployment
         self.draft = draft  # the speculative-decoding draft on the same GPUs, if any
+        # links of KV copies between memory tiers (default: PCIe 4.0 host, 100 GbE remote)
+        self.kv_links = kv_links if kv_links is not None else tier_links(cost_model.deployment)
         target = cost_model.deployment
         self._capacity = (target.kv_capacity_tokens if draft is None else
                           shared_kv_capacity(target, draft.cost_model.deployment))  # tokens
@@ -93,7 +99,8 @@ class CostModelExecutor:
         sums = (sum_n, sum_c, sum_nc, sum_nn, num_seqs,
                 sum(step.samples) + k * step.num_verify_seqs, iterations)
         draft_s = 0.0 if self.draft is None else self.draft.draft_seconds(step)
-        if self._ends is not None:  # cumulative ends, computed only as far as `until_s` cuts
+        copies = step.num_swap_in_tokens or step.num_swap_out_tokens or step.num_remote_in_tokens
+        if self._ends is not None and not copies:  # ends computed only as far as `until_s` cuts
             ends = self._ends(*sums, until_s if not oom_at else math.inf, draft_s)
             if not oom_at:
                 return StepResult(ends[-1], np.array(ends))
@@ -101,5 +108,7 @@ class CostModelExecutor:
         times = self.cost_model.iteration_times_from_sums(*sums)
         if self.draft is not None:
             times[0] += draft_s
+        if copies:
+            times[0] += self.kv_links.seconds(step)
         ends = times if iterations == 1 else np.cumsum(times)
         return modelled_result(ends, until_s, oom_at)

@@ -60,6 +60,10 @@ class Step:
     num_verify_seqs: int = 0  # leading rows that verify k drafted tokens (k + 1 new tokens each)
     num_shared_kv_tokens: int = 0  # context tokens in KV blocks several rows share (prefix
     # caching): counted in each row's context, held once, so the KV footprint subtracts them
+    num_swap_in_tokens: int = 0  # KV tokens copied host -> GPU before the step's forward
+    # (swapped-in requests, host-tier prefix hits; sim/kv_moves.py), whole blocks
+    num_swap_out_tokens: int = 0  # KV tokens copied GPU -> host before the forward (swap-outs)
+    num_remote_in_tokens: int = 0  # KV tokens loaded from the remote KV store before the forward
 
     def __post_init__(self) -> None:
         n = len(self.request_ids)

@@ -68,6 +68,13 @@ LINKS: dict[str, Link] = {
     "pcie4": Link("pcie4", 10e-6, 31.5 * GB),
     # PCIe 5.0 x16: 32 GT/s x 16 lanes = 63 GB/s each way (PCI-SIG 5.0 spec)
     "pcie5": Link("pcie5", 10e-6, 63 * GB),
+    # GPU <-> pinned host memory over PCIe 3.0 x16 (V100 hosts): ~12 GB/s effective of 15.75
+    "pcie3_host": Link("pcie3_host", 10e-6, 12 * GB),
+    # GPU <-> pinned host memory over PCIe 4.0 x16 as copies reach it: ~25 GB/s effective of
+    # the 31.5 nominal (CUDA bandwidthTest, pinned, on A100 hosts: 24-26 GB/s); KV tiers' default
+    "pcie4_host": Link("pcie4_host", 10e-6, 25 * GB),
+    # the same over PCIe 5.0 x16 (H100 / H200 hosts): ~50 GB/s effective of 63 nominal
+    "pcie5_host": Link("pcie5_host", 10e-6, 50 * GB),
     # InfiniBand HDR 200 Gb/s (ConnectX-6; Splitwise's A100 cluster); 10 us: GPUDirect RDMA
     # verbs post + completion for one message (~1-2 us wire, the rest host-side)
     "rdma_200g": Link("rdma_200g", 10e-6, 200 * GBIT),

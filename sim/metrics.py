@@ -126,6 +126,8 @@ def summarize(records: pd.DataFrame, recorder: Recorder,
     out.update(_speculative_summary(records))
     out["prefix_hit_rate"] = prefix_hit_rate(records)
     out.update(reason_counts(records))
+    out.update(tier_hit_rates(records))
+    out.update(recorder.counters)
     return out
 
 
@@ -171,6 +173,22 @@ def prefix_hit_rate(records: pd.DataFrame) -> float:
     admitted = records[records["scheduled_s"].notna()]
     need = int(admitted["prompt_tokens"].sum() + admitted["num_recomputed_tokens"].sum())
     return int(admitted["num_cached_tokens"].sum()) / need if need else float("nan")
+
+
+def tier_hit_rates(records: pd.DataFrame) -> dict[str, float]:
+    """With KV prefix tiers on (records have `num_host_hit_tokens`): `prefix_hit_rate` split
+    by the tier that supplied the cached tokens (GPU, host, remote; they sum to it); else none."""
+    if "num_host_hit_tokens" not in records.columns:
+        return {}
+    admitted = records[records["scheduled_s"].notna()]
+    need = int(admitted["prompt_tokens"].sum() + admitted["num_recomputed_tokens"].sum())
+    host = int(admitted["num_host_hit_tokens"].sum())
+    remote = int(admitted["num_remote_hit_tokens"].sum())
+    gpu = int(admitted["num_cached_tokens"].sum()) - host - remote
+    nan = float("nan")
+    return {"prefix_hit_rate_gpu": gpu / need if need else nan,
+            "prefix_hit_rate_host": host / need if need else nan,
+            "prefix_hit_rate_remote": remote / need if need else nan}
 
 
 def _speculative_summary(records: pd.DataFrame) -> dict[str, float]:

@@ -229,6 +229,13 @@ class Recorder:
     num_oom_events: int = 0  # steps that ran out of KV memory
     events: list[tuple[float, str, int, str]] = field(default_factory=list)  # (t, kind, id, info)
     records: RecordLog | None = None  # final requests' records, when the run keeps no objects
+    counters: dict[str, float] = field(default_factory=dict)  # run totals a feature that is on
+    # keeps (KV tiers: bytes moved per tier); added to the run summary as they are
+
+    def add_record_columns(self, names: tuple[str, ...]) -> None:
+        """Record the Request attributes `names` as extra columns (a feature that is on)."""
+        if self.records is not None:
+            self.records.add_columns(names)
 
     def record_step(self, instance_id: int, start_s: float, duration_s: float,
                     num_iterations: int, num_seqs: int, num_new_tokens: int,

@@ -81,6 +81,11 @@ class Request:
     requested_output_tokens: int = 0  # tokens the trace asked for (0: target_output_tokens)
     reason: str = ""  # code of why it was rejected, failed or cut ("" when it ran as asked)
     reason_detail: str = ""  # the reason with its values, for people
+    # KV memory tiers (policies/kv_tiers.py; record columns only in runs that turn them on)
+    num_swapped_out_tokens: int = 0  # KV tokens copied to host memory by swap preemptions
+    num_swapped_in_tokens: int = 0  # KV tokens copied back from host memory
+    num_host_hit_tokens: int = 0  # of num_cached_tokens, those the host prefix tier supplied
+    num_remote_hit_tokens: int = 0  # of num_cached_tokens, those the remote tier supplied
 
     def __post_init__(self) -> None:
         if self.num_prompt_tokens < 1:

@@ -101,3 +101,42 @@ MIN_INSTANCES: dict[str, int] = {"disagg": 2}
 def generic_params(policy: str, params: dict | None = None) -> dict:
     """`params` on top of what `policy` needs to run on LinearExecutor."""
     return {**GENERIC_PARAMS.get(policy, {}), **(params or {})}
+
+
+@dataclass
+class TierExecutor(LinearExecutor):
+    """LinearExecutor that reports a KV size per token and pays KV tier copies (swap, prefix
+    tier promotions) over a host and a remote link in the step's first iteration."""
+
+    kv_bytes_per_token: float = 1000.0  # bytes of KV per token
+    host_bandwidth: float = 1e6  # bytes/s of the host link
+    host_latency_s: float = 1e-3  # seconds per host copy
+    remote_bandwidth: float = 2.5e5  # bytes/s of the remote link
+    remote_latency_s: float = 4e-3  # seconds per remote copy
+
+    @property
+    def links(self):
+        from sim.kv_moves import TierLinks
+        from sim.kv_transfer import Link
+
+        return TierLinks(Link("host", self.host_latency_s, self.host_bandwidth),
+                         Link("remote", self.remote_latency_s, self.remote_bandwidth),
+                         self.kv_bytes_per_token)
+
+    def instance_info(self, instance_id: int):
+        from sim.executor import InstanceInfo
+
+        return InstanceInfo(instance_id, self.capacity, self.name, self.has_draft,
+                            self.kv_bytes_per_token, 1)
+
+    def execute(self, step: Step, until_s: float = math.inf) -> StepResult:
+        times = self.iteration_times(step)
+        times[0] += self.links.seconds(step)
+        ends = np.cumsum(times)
+        over = [i for i in range(1, step.num_iterations + 1)
+                if step.kv_tokens_after(i) > self.capacity]
+        if over:
+            i = over[0]
+            return StepResult(float(ends[i - 1]), ends[: i - 1], oom=True)
+        ends = truncate_ends(ends, until_s)
+        return StepResult(float(ends[-1]), ends)

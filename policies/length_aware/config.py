@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from sim.errors import ConfigError, check_fraction, check_positive
 
+from policies.kv_tier_config import refuse_kv_tiers
 from policies.magnus.config import PredictorConfig, check_optional_seconds
 from policies.vllm import VllmConfig
 
@@ -35,6 +36,8 @@ class LacbConfig(VllmConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        refuse_kv_tiers(self, "lacb's length-aware admission does not know swapped-out "
+                              "requests or lower-tier prefix hits; use vllm_v0 or sarathi")
         object.__setattr__(self, "predictor", PredictorConfig.from_value(self.predictor))
         for name in ("kv_margin", "prompt_weight", "aging_tokens_per_s"):
             value = getattr(self, name)
