@@ -14,15 +14,18 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from sim.request import Request
+from sim.request import CLASS_FIELDS, Request
 
 FOLD = 16384  # final requests folded into column chunks at a time
+CLASS_ATTRIBUTES = dict(CLASS_FIELDS)  # record column -> Request field (class, priority, ...)
 
 
-def record_columns(requests: Sequence[Request]) -> dict[str, list]:
-    """One list per record column (before derived latencies), in the order of `requests`."""
+def record_columns(requests: Sequence[Request], extra: Sequence[str] = ()) -> dict[str, list]:
+    """One list per record column (before derived latencies), in the order of `requests`;
+    `extra` names the class columns (sim.request.CLASS_FIELDS) the run's workload has, added
+    last (a run without them has exactly the columns it always had)."""
     rs = requests
-    return {
+    columns = {
         "request_id": [r.request_id for r in rs], "arrival_s": [r.arrival_s for r in rs],
         "prompt_tokens": [r.num_prompt_tokens for r in rs],
         "output_tokens": [r.num_output_tokens for r in rs],
@@ -42,6 +45,10 @@ def record_columns(requests: Sequence[Request]) -> dict[str, list]:
         "finish_reason": [r.finish_reason for r in rs], "reason": [r.reason for r in rs],
         "reason_detail": [r.reason_detail for r in rs],
     }
+    for name in extra:
+        attribute = CLASS_ATTRIBUTES[name]
+        columns[name] = [getattr(r, attribute) for r in rs]
+    return columns
 
 
 def compact(values: list) -> np.ndarray | list:
@@ -71,7 +78,8 @@ def join(chunks: list[np.ndarray | list], order: np.ndarray) -> np.ndarray | lis
 class RecordLog:
     """Records of final requests as column chunks; the request objects are not kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: Sequence[str] = ()) -> None:
+        self.extra = tuple(extra)  # class columns the workload has (record_columns)
         self._pending: list[Request] = []  # final requests not yet folded
         self._chunks: dict[str, list[np.ndarray | list]] = {}  # column -> chunks, final order
         self.num_records = 0  # requests recorded
@@ -86,7 +94,7 @@ class RecordLog:
         """Compact the pending requests' columns and drop the objects."""
         if not self._pending:
             return
-        for name, values in record_columns(self._pending).items():
+        for name, values in record_columns(self._pending, self.extra).items():
             self._chunks.setdefault(name, []).append(compact(values))
         self.num_records += len(self._pending)
         self._pending = []
@@ -95,7 +103,7 @@ class RecordLog:
         """Every column in request-id order (dtypes as pandas infers them from whole lists)."""
         self._fold()
         if not self._chunks:
-            return record_columns([])
+            return record_columns([], self.extra)
         ids = join(self._chunks["request_id"], np.arange(self.num_records))
         order = np.argsort(np.asarray(ids), kind="stable")
         return {name: join(self._chunks.pop(name), order) for name in list(self._chunks)}

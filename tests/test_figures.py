@@ -18,8 +18,8 @@ TINY = ["--set", "workload={synthetic: {num_requests: 20}}", "--set", "request_r
 def test_every_page_has_its_configs_and_a_doc_naming_its_command():
     found = pages()
     assert set(found) == set(PAGE_MODULES) == {
-        "length_aware", "magnus", "overhead", "policies", "prefix_cache", "rolling_batch",
-        "speculative"}
+        "classes", "length_aware", "magnus", "overhead", "policies", "prefix_cache",
+        "rolling_batch", "speculative"}
     for name, page in found.items():
         assert isinstance(page, FigurePage) and page.name == name
         assert all(path.is_file() and path.suffix == ".yaml" for path in page.config_paths())

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from sim.errors import ConfigError, check_fraction, check_positive
 
 from policies.magnus.config import PredictorConfig, check_optional_seconds
+from policies.paged_classes import refuse_priority
 from policies.vllm import VllmConfig
 
 
@@ -35,6 +36,9 @@ class LacbConfig(VllmConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        refuse_priority(self, "lacb", "orders waiting requests by predicted work "
+                        "(aging_tokens_per_s, max_wait_s); priority scheduling runs with vllm, "
+                        "vllm_v0 and sarathi")
         object.__setattr__(self, "predictor", PredictorConfig.from_value(self.predictor))
         for name in ("kv_margin", "prompt_weight", "aging_tokens_per_s"):
             value = getattr(self, name)
