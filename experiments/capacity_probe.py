@@ -41,13 +41,15 @@ def probe(cfg: ExperimentConfig, index: int, slo: SLO, base: pd.DataFrame | None
     replay = simulate
     if cluster.backend == "real":  # the torch engine, as experiments.run replays it
         from real.replay import replay
-    trace = build_workload(cfg, base, rate, seed)
+    trace = build_workload(cfg, base, rate, seed, entry)
     if len(trace) == 0:
         raise TraceError(entry.label, "the workload has no requests")
     limit = cfg.workload.max_concurrency  # closed loop, as the sweep runs it
+    admission = cfg.admission_for(entry)  # admission control, as the sweep runs it
     res = replay(trace, entry.name, entry.params, build_executors(cluster), seed=seed,
                  max_model_len=cluster.max_model_len, **overhead_kwargs(cluster),
-                 **({} if limit is None else {"max_concurrency": limit}))
+                 **({} if limit is None else {"max_concurrency": limit}),
+                 **({} if admission is None else {"admission": admission}))
     extra = slo_summary(res.records, res.summary, slo)
     summary = {**res.summary, **extra, "request_goodput": extra["goodput"]}
     missed = slo_violations(summary, slo)

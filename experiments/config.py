@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from experiments.classes_config import (ClassSpec, admission_from_dict, check_classes_support,
+                                        classes_from_dict, merge_classes)
 from experiments.config_checks import (build, check_keys, check_positive_number, is_int, listed,
                                        mapping, rebase)
 from experiments.report import rate_text
@@ -22,6 +24,7 @@ from experiments.workload_config import (SyntheticWorkload, TraceWorkload, Workl
                                          sessions_at_rate, workload_from_dict)
 from policies.kv_tier_config import check_kv_tiers_cluster
 from policies.prefix_caching import check_prefix_caching_backend
+from sim.admission import AdmissionConfig
 from sim.cluster import ClusterSpec
 from sim.errors import ConfigError
 from sim.slo import SLO
@@ -32,7 +35,7 @@ __all__ = ["ExperimentConfig", "PolicyEntry", "SyntheticWorkload", "TraceWorkloa
            "policy_from_dict", "rebase"]
 
 TOP_LEVEL_KEYS = ("name", "workload", "cluster", "policies", "request_rates", "seeds",
-                  "max_requests", "duration_s", "slo")
+                  "max_requests", "duration_s", "slo", "classes", "admission")
 # a plain directory name: not '.', '..' or hidden, no separator, no leading '-'
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 NAME_RULE = ("must be 1-100 letters, digits, '_', '.' or '-', starting with a letter, digit or "
@@ -48,6 +51,9 @@ class PolicyEntry:
     label: str  # display / directory name (default: the policy name)
     params: dict[str, Any] = field(default_factory=dict)  # the policy's Config fields
     cluster: dict[str, Any] = field(default_factory=dict)  # ClusterSpec fields it overrides
+    admission: AdmissionConfig | None = None  # its own admission control (with own_admission)
+    own_admission: bool = False  # whether the entry sets `admission` (else the experiment's)
+    classes: dict[str, ClassSpec] = field(default_factory=dict)  # laid over the experiment's
 
     def resolve(self, where: str) -> Any:
         """The policy's validated Config; errors named under `where` (e.g. policies[0])."""
@@ -75,6 +81,8 @@ class ExperimentConfig:
     max_requests: int | None = None  # cap on requests per run (first N arrivals)
     duration_s: float | None = None  # cap on arrivals per run (seconds after the first)
     slo: SLO | None = None  # latency targets: every run reports goodput; capacity search uses them
+    classes: dict[str, ClassSpec] = field(default_factory=dict)  # per request class settings
+    admission: AdmissionConfig | None = None  # admission control of every run (docs/classes.md)
 
     def __post_init__(self) -> None:
         check_name("name", self.name)
@@ -101,6 +109,8 @@ class ExperimentConfig:
             check_prefix_caching_backend(config, cluster.backend, f"policies[{i}].params")
             check_kv_tiers_cluster(config, cluster, f"policies[{i}].params")
             check_draft(config, cluster, f"policies[{i}]")
+            check_classes_support(entry.name, cluster.backend, self.admission_for(entry),
+                                  self.classes_for(entry), f"policies[{i}]")
             check_name(f"policies[{i}].label", entry.label)
             if entry.label in labels:
                 raise ConfigError(f"policies[{i}].label", entry.label,
@@ -135,6 +145,16 @@ class ExperimentConfig:
         if not entry.cluster:
             return self.cluster
         return cluster_from_dict({**dataclasses.asdict(self.cluster), **entry.cluster}, where)
+
+    def admission_for(self, entry: PolicyEntry) -> AdmissionConfig | None:
+        """The admission control a policy entry runs with: its own, else the experiment's."""
+        return entry.admission if entry.own_admission else self.admission
+
+    def classes_for(self, entry: PolicyEntry | None) -> dict[str, ClassSpec]:
+        """The class settings a policy entry's runs use: the experiment's, with its own."""
+        if entry is None or not entry.classes:
+            return self.classes
+        return merge_classes(self.classes, entry.classes)
 
     def rates(self) -> list[float | None]:
         """The sweep's rates; [None] for a trace replayed as is."""
@@ -186,7 +206,9 @@ def experiment_from_dict(raw: object, default_name: str,
         seeds=tuple(listed("seeds", raw.get("seeds", [0]))),
         max_requests=raw.get("max_requests"), duration_s=raw.get("duration_s"),
         slo=None if raw.get("slo") is None else build(SLO, "slo", mapping("slo", raw["slo"]),
-                                                      "slo."))
+                                                      "slo."),
+        classes=classes_from_dict(raw.get("classes")),
+        admission=admission_from_dict(raw.get("admission")))
 
 
 def cluster_from_dict(value: object, where: str = "cluster") -> ClusterSpec:
@@ -208,9 +230,13 @@ def policy_from_dict(index: int, value: object) -> PolicyEntry:
     if isinstance(value, str):
         value = {"name": value}
     raw = mapping(where, value)
-    check_keys(where, raw, ("name", "label", "params", "cluster"))
+    check_keys(where, raw, ("name", "label", "params", "cluster", "admission", "classes"))
     if not isinstance(raw.get("name"), str):
         raise ConfigError(f"{where}.name", raw.get("name"), "must be a policy name")
     params = mapping(f"{where}.params", raw.get("params"))
     cluster = mapping(f"{where}.cluster", raw.get("cluster"))
-    return PolicyEntry(raw["name"], raw.get("label", raw["name"]), params, cluster)
+    own = "admission" in raw
+    admission = admission_from_dict(raw["admission"], f"{where}.admission") if own else None
+    classes = classes_from_dict(raw.get("classes"), f"{where}.classes")
+    return PolicyEntry(raw["name"], raw.get("label", raw["name"]), params, cluster, admission,
+                       own, classes)

@@ -33,6 +33,7 @@ TABLE_COLUMNS: tuple[tuple[str, str, float, str], ...] = (
     ("done", "completed", 1.0, ".0f"),
     ("rej", "rejected", 1.0, ".0f"),
     ("fail", "failed", 1.0, ".0f"),
+    ("cancel", "cancelled", 1.0, ".0f"),
     ("cut", "num_length_capped", 1.0, ".0f"),
     ("OOM", "num_oom_events", 1.0, ".0f"),
     ("busy", "busy_fraction", 1.0, ".2f"),
@@ -173,7 +174,8 @@ def _count(row: Mapping[str, Any], key: str) -> int:
 def reason_text(row: Mapping[str, Any]) -> str:
     """'12 rejected, 3 cut (prompt_too_long: 12, max_model_len: 3)' or '' for a clean run."""
     parts = [f"{_count(row, key)} {word}" for key, word in
-             (("rejected", "rejected"), ("failed", "failed"), ("num_length_capped", "cut"))
+             (("rejected", "rejected"), ("failed", "failed"), ("cancelled", "cancelled"),
+              ("num_length_capped", "cut"))
              if _count(row, key)]
     if not parts:
         return ""

@@ -25,6 +25,7 @@ from experiments.bench_flags import add_bench_flags, bench_overrides
 from experiments.config import ExperimentConfig
 from experiments.config_load import apply_overrides, load_config  # noqa: F401 (re-exported)
 from experiments.checks import check_cluster  # noqa: F401 (re-exported)
+from experiments.class_report import format_class_table
 from experiments.outdir import ResultsWriteError, check_dir_name, prepare_out_dir, writing
 from experiments.report import (bad_fraction, catalogue, format_table, rejection_warnings,
                                 run_line, write_json, write_summaries)
@@ -214,7 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ResultsWriteError as exc:
         print(f"error: {exc} (every run is on disk)", file=sys.stderr)
         return 1
-    table = format_table(rows, [entry.label for entry in cfg.policies])
+    labels = [entry.label for entry in cfg.policies]
+    table = format_table(rows, labels)
+    classes = format_class_table(rows, labels)  # "" without request classes
+    if classes:
+        table = f"{table}\n\n{classes}"
     warnings = rejection_warnings(rows)
     try:
         with writing(out_dir / "table.txt"):

@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterator
 import pandas as pd
 from tqdm import tqdm
 
+from experiments.classes_config import class_slos
+from experiments.classes_config import identity as classes_identity
 from experiments.config import ExperimentConfig, PolicyEntry
 from experiments.outdir import run_dir, writing
 from experiments.pool import completed
@@ -33,6 +35,7 @@ from experiments.resume import (RESULT_SCHEMA_VERSION, NotReusable, file_digest,
                                 referenced_files, reusable_summary, simulator_version)
 from experiments.vllm_bench import BenchOptions, write_bench
 from experiments.workload import build_workload, load_base_trace, trace_path
+from sim.class_metrics import class_labels, class_slo_summary
 from sim.errors import ConfigError, TraceError
 from sim.simulate import RunResult
 
@@ -85,7 +88,9 @@ def run_identity(cfg: ExperimentConfig, spec: RunSpec) -> dict[str, Any]:
                   "policy": spec.entry.name, "params": dataclasses.asdict(spec.resolved),
                   "rate": spec.rate, "seed": spec.seed, "max_requests": cfg.max_requests,
                   "duration_s": cfg.duration_s, "slo": cfg.slo,
-                  "result_schema": RESULT_SCHEMA_VERSION, "simulator": simulator_version()})
+                  "result_schema": RESULT_SCHEMA_VERSION, "simulator": simulator_version(),
+                  **classes_identity(cfg.classes_for(spec.entry),
+                                     cfg.admission_for(spec.entry))})
 
 
 def run_hash(cfg: ExperimentConfig, spec: RunSpec, identity: dict | None = None) -> str:
@@ -152,7 +157,7 @@ def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
             _BASE_TRACES.clear()
             _BASE_TRACES[key] = _load(cfg)
         digest, base = _BASE_TRACES[key]
-        trace = build_workload(cfg, base, spec.rate, spec.seed)
+        trace = build_workload(cfg, base, spec.rate, spec.seed, spec.entry)
         num_requests = len(trace)
         if num_requests == 0:
             raise TraceError(spec.name, "the workload has no requests (check duration_s / "
@@ -182,12 +187,28 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
     loop = {} if closed is None else {"max_concurrency": closed}
     if steps_path is not None and cluster.backend != "real":
         loop["steps_path"] = steps_path
+    admission = cfg.admission_for(spec.entry)
+    if admission is not None:  # passed only when set (checked: backend sim)
+        loop["admission"] = admission
     result = replay(trace, spec.entry.name, spec.entry.params, build_executors(cluster),
                     seed=spec.seed, on_done=on_done, max_model_len=cluster.max_model_len,
                     **overhead_kwargs(cluster), **loop)
     if cfg.slo is not None:
         result.summary.update(slo_summary(result.records, result.summary, cfg.slo))
+    per_class(cfg, spec.entry, result)
     return result
+
+
+def per_class(cfg: ExperimentConfig, entry: PolicyEntry, result: RunResult) -> None:
+    """Each class's SLO attainment and goodput in the summary (docs/classes.md), when the
+    workload has classes and the experiment or the class has an SLO."""
+    labels = class_labels(result.records)
+    if labels is None:
+        return
+    slos = class_slos(cfg.classes_for(entry), cfg.slo, set(labels))
+    if slos:
+        result.summary.update(class_slo_summary(result.records, result.summary["duration_s"],
+                                                slos))
 
 
 # ---- the driver side ------------------------------------------------------------------------

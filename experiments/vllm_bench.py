@@ -20,8 +20,8 @@ without a direct simulator meaning are filled:
 - date: when bench.json was written (%Y%m%d-%H%M%S, as vLLM);
 - endpoint_type, backend: "servesim-<cluster.backend>" (sim or real); label: the policy label;
 - model_id, tokenizer_id: cluster.model (vLLM's tokenizer defaults to the model);
-- num_prompts: requests in the run's workload; failed: rejected + failed requests (vLLM: requests
-  that returned an error);
+- num_prompts: requests in the run's workload; failed: rejected + failed + cancelled requests
+  (vLLM: requests that returned an error; a client timeout is one);
 - request_rate: the run's rate, "inf" for a trace replayed with its own timestamps (vLLM writes
   "inf" for a self-timed trace too); burstiness / max_concurrency: the workload's, when the
   config has them, else 1.0 (Poisson) / null;
@@ -217,7 +217,7 @@ def bench_result(records: pd.DataFrame, summary: Mapping[str, Any], run: Mapping
         "burstiness": workload.get("burstiness", 1.0),
         "max_concurrency": workload.get("max_concurrency"),
         "duration": duration, "completed": len(done),
-        "failed": int(records["status"].isin(("rejected", "failed")).sum()),
+        "failed": int(records["status"].isin(("rejected", "failed", "cancelled")).sum()),
         "total_input_tokens": prompt, "total_output_tokens": output,
         "request_throughput": per_s(len(done)),
         "request_goodput": per_s(good_requests(done, options.goodput)) if options.goodput

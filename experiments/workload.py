@@ -7,7 +7,8 @@ import math
 
 import pandas as pd
 
-from experiments.config import ExperimentConfig
+from experiments.classes_config import apply_classes
+from experiments.config import ExperimentConfig, PolicyEntry
 from experiments.workload_config import TraceWorkload, clients_at_rate, sessions_at_rate
 from sim.errors import ConfigError, TraceError
 from traces.clients import multi_client_trace
@@ -60,8 +61,9 @@ def trace_path(trace: TraceWorkload) -> str:
 
 
 def build_workload(cfg: ExperimentConfig, base: pd.DataFrame | None, rate: float | None,
-                   seed: int) -> pd.DataFrame:
-    """The requests of one run at `rate` req/s (None: the trace as is), capped by the config."""
+                   seed: int, entry: PolicyEntry | None = None) -> pd.DataFrame:
+    """The requests of one run at `rate` req/s (None: the trace as is), capped by the config,
+    with the class settings of policy `entry` (the experiment's when None) applied."""
     if cfg.workload.synthetic is not None:
         assert rate is not None
         df = synthetic_trace(cfg.workload.synthetic.at_rate(rate), seed)
@@ -74,7 +76,7 @@ def build_workload(cfg: ExperimentConfig, base: pd.DataFrame | None, rate: float
     else:
         assert base is not None and cfg.workload.trace is not None
         df = retime(base, cfg.workload.trace, rate, seed)
-    return cap(df, cfg.max_requests, cfg.duration_s)
+    return apply_classes(cap(df, cfg.max_requests, cfg.duration_s), cfg.classes_for(entry))
 
 
 def retime(base: pd.DataFrame, trace: TraceWorkload, rate: float | None,

@@ -178,6 +178,11 @@ def clients_from_dict(raw: dict) -> MultiClientConfig:
             if fields.get(name) is not None:
                 fields[name] = build(LengthDist, f"{where}.{name}",
                                      mapping(f"{where}.{name}", fields[name]), "length.")
+        if "class" in fields:  # YAML `class`: the field request_class (a Python keyword)
+            if "request_class" in fields:
+                raise ConfigError(f"{where}.class", fields["class"], "give class or "
+                                                                     "request_class, not both")
+            fields["request_class"] = fields.pop("class")
         clients.append(build(ClientSpec, where, fields))
     counts = _checked({key: raw[key] for key in CLIENT_KEYS if key in raw})
     try:

@@ -110,6 +110,9 @@ def pool_params(name: str, params: Mapping[str, Any], field: str) -> dict[str, A
     if out.get("enable_prefix_caching", False) is True:
         raise ConfigError(f"{field}.enable_prefix_caching", True, "prefix caching across "
                           "disaggregated pools does not compose yet")
+    if out.get("scheduling_policy", "fcfs") != "fcfs":
+        raise ConfigError(f"{field}.scheduling_policy", out["scheduling_policy"],
+                          "priority scheduling does not compose with disagg yet")
     if out.get("num_speculative_tokens", 0):
         raise ConfigError(f"{field}.num_speculative_tokens", out["num_speculative_tokens"],
                           "speculative decoding does not compose with disagg yet")

@@ -18,6 +18,7 @@ from sim.executor import Step, StepResult
 from sim.request import EXCEEDS_MAX_TOKENS, Request, emit_batch
 
 from policies.base import Policy, PolicyConfig
+from policies.cancel import cancel_orca
 from policies.registry import register_policy
 from policies.routing import InstanceLoad, build_router, check_router
 
@@ -45,6 +46,7 @@ class _Instance:
 class OrcaPolicy(Policy):
     Config = OrcaConfig
     config: OrcaConfig
+    supports_cancel = True  # client timeouts (policies/cancel.py)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -105,3 +107,6 @@ class OrcaPolicy(Policy):
 
     def num_reserved_kv_tokens(self, instance_id: int) -> int:
         return self.state[instance_id].reserved
+
+    def cancel(self, request: Request, now: float) -> None:
+        cancel_orca(self, request)

@@ -19,6 +19,7 @@ from sim.errors import ConfigError, check_positive
 from sim.executor import Step
 
 from policies.paged import PagedConfig, PagedPolicy
+from policies.paged_classes import PagedClasses, check_classes_config
 from policies.registry import register_policy
 from policies.swap import num_queued, one_iteration, swap_in
 
@@ -26,9 +27,12 @@ from policies.swap import num_queued, one_iteration, swap_in
 @dataclass(frozen=True)
 class SarathiConfig(PagedConfig):
     token_budget: int = 512  # tokens per iteration: decodes plus prefill chunks
+    scheduling_policy: str = "fcfs"  # fcfs | priority: waiting order, preemption victim
+    priority_aging_s: float | None = None  # seconds per priority level gained waiting; None: none
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_classes_config(self)
         check_positive("token_budget", self.token_budget)
         if self.token_budget < self.max_num_seqs:
             raise ConfigError("token_budget", self.token_budget,
@@ -37,7 +41,7 @@ class SarathiConfig(PagedConfig):
 
 
 @register_policy("sarathi")
-class SarathiPolicy(PagedPolicy):
+class SarathiPolicy(PagedClasses, PagedPolicy):
     Config = SarathiConfig
     config: SarathiConfig
 

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from policies.registry import policy_factory
+from sim.admission import AdmissionConfig
 from sim.executor import Executor
 from sim.overhead import SchedulingOverhead
 from sim.simulate import RunResult, run_simulation
@@ -25,9 +26,11 @@ def simulate(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, 
              overhead: SchedulingOverhead | None = None,
              max_model_len: int | None = None,
              max_concurrency: int | None = None,
-             steps_path: Path | str | None = None) -> RunResult:
+             steps_path: Path | str | None = None,
+             admission: AdmissionConfig | None = None) -> RunResult:
     """Replay `trace` through policy `policy_name` (with `policy_params`, RNG seeded by `seed`)
     on one executor per instance; see `sim.simulate.run_simulation` for the rest."""
     return run_simulation(trace, policy_factory(policy_name, policy_params, seed), executors,
                           on_done=on_done, overhead=overhead, max_model_len=max_model_len,
-                          max_concurrency=max_concurrency, steps_path=steps_path)
+                          max_concurrency=max_concurrency, steps_path=steps_path,
+                          admission=admission)

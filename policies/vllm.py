@@ -23,6 +23,7 @@ from sim.executor import Step
 from sim.request import EXCEEDS_BATCH_TOKENS, Request
 
 from policies.paged import PagedConfig, PagedInstance, PagedPolicy
+from policies.paged_classes import PagedClasses, check_classes_config
 from policies.registry import register_policy
 from policies.swap import v0_swap_step
 
@@ -30,14 +31,17 @@ from policies.swap import v0_swap_step
 @dataclass(frozen=True)
 class VllmConfig(PagedConfig):
     max_num_batched_tokens: int = 8192  # prompt tokens per prefill step (at most)
+    scheduling_policy: str = "fcfs"  # fcfs | priority: waiting order, preemption victim
+    priority_aging_s: float | None = None  # seconds per priority level gained waiting; None: none
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_classes_config(self)
         check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
 
 
 @register_policy("vllm_v0")
-class VllmPolicy(PagedPolicy):
+class VllmPolicy(PagedClasses, PagedPolicy):
     Config = VllmConfig
     config: VllmConfig
 

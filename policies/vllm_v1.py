@@ -16,6 +16,8 @@ Followed from vLLM's main branch (vllm-project/vllm, `vllm/v1/core/sched/schedul
 - Then WAITING requests, FCFS, while budget is left, fewer than `max_num_seqs` run and no
   request was preempted in this step: a new request starts from its cached prefix (prefix
   caching on by default, as in V1), its first chunk gets blocks, or admission stops.
+- `scheduling_policy: priority` (V1's `--scheduling-policy priority`) orders the waiting queue
+  by (priority, arrival) and preempts the worst of them instead (policies/priority.py).
 
 Rows of a Step are decodes first (their order does not change the cost). A decode-only step
 without preemption jumps over as many iterations as cannot change the batch (`policies/paged.py`);
@@ -34,6 +36,7 @@ from sim.request import Request
 
 from policies.kv_tier_config import refuse_kv_tiers
 from policies.paged import PagedConfig, PagedInstance, PagedPolicy
+from policies.paged_classes import PagedClasses, check_classes_config
 from policies.registry import register_policy
 
 
@@ -47,9 +50,12 @@ class VllmV1Config(PagedConfig):
     long_prefill_token_threshold: int = 0  # tokens per prefill chunk at most; 0: no cap (vLLM)
     watermark: float = 0.0  # V1's KVCacheManager keeps no blocks free when admitting
     enable_prefix_caching: bool = True  # V1 default (CacheConfig.enable_prefix_caching)
+    scheduling_policy: str = "fcfs"  # fcfs | priority: waiting order, preemption victim
+    priority_aging_s: float | None = None  # seconds per priority level gained waiting; None: none
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_classes_config(self)
         check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ConfigError("max_num_batched_tokens", self.max_num_batched_tokens,
@@ -74,7 +80,7 @@ class Plan:
 
 
 @register_policy("vllm")
-class VllmV1Policy(PagedPolicy):
+class VllmV1Policy(PagedClasses, PagedPolicy):
     Config = VllmV1Config
     config: VllmV1Config
 

@@ -15,12 +15,13 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from policies.prefix_caching import check_prefix_caching_backend
+from sim.class_metrics import class_summary
 from sim.engine import Simulation
 from sim.executor import Executor, Step, StepResult, info_of
 from sim.limits import resolve_max_model_len
 from sim.metrics import instance_frame, request_records, summarize
 from sim.recorder import Recorder
-from sim.request import Request, requests_from_trace
+from sim.request import Request, class_columns, requests_from_trace, trace_columns
 from sim.simulate import RunResult
 
 
@@ -93,8 +94,9 @@ def replay(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, An
     policy = KVReleasingPolicy(inner)
     stats = Simulation(requests, policy, executors, recorder, on_done=on_done,  # type: ignore
                        max_model_len=limit, max_concurrency=max_concurrency).run()
-    records = request_records(requests)
+    records = request_records(requests, class_columns(trace_columns(trace)))
     summary = summarize(records, recorder, stats)
+    summary.update(class_summary(records, summary["duration_s"]))
     return RunResult(records, recorder.steps_frame(),
                      instance_frame(stats, summary["duration_s"]), recorder.events_frame(),
                      summary)

@@ -17,6 +17,10 @@ requests are in the system, as soon as one of them finishes, and its `arrival_s`
 send time (latencies count from it, as the client measures them). While a request waits for a
 slot, steps run one iteration at a time, so a release is seen at the same iteration boundary as
 when iterating one step at a time. Without it the open-loop arrival process is unchanged.
+
+With request classes (docs/classes.md), an `AdmissionControl` (sim/admission.py) may reject an
+arrival before the policy sees it, and a workload with client timeouts gets a `Timeouts`
+(sim/timeouts.py): a process cancelling requests at their deadlines, which also cut steps.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from typing import Callable, Sequence
 
 import simpy
 
+from sim.admission import AdmissionControl
+from sim.errors import ConfigError
 from sim.executor import Executor
 from sim.gc_pace import paced_gc
 from sim.overhead import OverheadClock, SchedulingOverhead
@@ -35,6 +41,7 @@ from sim.policy import Policy
 from sim.recorder import Recorder
 from sim.request import Request, RequestStatus
 from sim.request_source import RequestSource, as_source
+from sim.timeouts import Timeouts
 
 
 class SimulationStuck(RuntimeError):
@@ -69,6 +76,7 @@ class _State:
     num_sent: int = 0  # requests released by a closed-loop arrival process
     slot: simpy.Event | None = None  # closed loop: succeeds when a request leaves the system
     live: dict[int, Request] = field(default_factory=dict)  # admitted, not yet final, by id
+    timeouts: Timeouts | None = None  # client timeouts, when the workload has any
 
     def done(self, n: int) -> None:
         self.num_done += n
@@ -96,6 +104,7 @@ class Simulation:
     overhead: SchedulingOverhead | None = None  # modelled scheduler CPU time per iteration
     max_model_len: int | None = None  # tokens; longer prompts rejected, outputs cut (None: no cap)
     max_concurrency: int | None = None  # requests in the system at once (closed loop); None: open
+    admission: AdmissionControl | None = None  # rejects arrivals over its limits; None: admit all
     env: simpy.Environment = field(default_factory=simpy.Environment)
 
     def run(self) -> list[InstanceStats]:
@@ -103,6 +112,9 @@ class Simulation:
         source = as_source(self.requests)
         state = _State(total=len(source), on_done=self.on_done)
         stats = [InstanceStats(i, ex.kv_capacity_tokens) for i, ex in enumerate(self.executors)]
+        if source.has_timeouts:
+            state.timeouts = self._timeouts(state)
+            self.env.process(state.timeouts.process())
         self.env.process(self._arrivals(source, state, self.max_concurrency))
         for i, ex in enumerate(self.executors):
             self.env.process(self._serve(i, ex, stats[i], state))
@@ -137,6 +149,8 @@ class Simulation:
             state.next_arrival_s = source.arrival_s(i + 1) if i + 1 < n else math.inf
             if self._admit(r, env.now):
                 state.live[r.request_id] = r
+                if state.timeouts is not None:
+                    state.timeouts.add(r)
             else:
                 if records is not None:
                     records.add((r,))
@@ -151,12 +165,35 @@ class Simulation:
         """Apply the context limit, then hand the request to the policy; False when rejected.
         Every rejection and every cut output is an event (kind, request id, reason: detail)."""
         ok = self.max_model_len is None or r.apply_max_model_len(self.max_model_len, now)
+        admission = self.admission
+        ok = ok and (admission is None or admission.check(r, now))
         ok = ok and self.policy.add_request(r, now)
+        if ok and admission is not None:
+            admission.admitted(r)
         if not ok:
             self.recorder.event(now, "rejected", r.request_id, f"{r.reason}: {r.reason_detail}")
         elif r.reason:
             self.recorder.event(now, "cut", r.request_id, f"{r.reason}: {r.reason_detail}")
         return ok
+
+    def _timeouts(self, state: _State) -> Timeouts:
+        """The run's client timeouts; ConfigError when the policy cannot cancel requests."""
+        if not self.policy.supports_cancel:
+            raise ConfigError("policy", self.policy.name, "cannot cancel a request whose client "
+                              "gave up, and the workload has timeout_s: client timeouts run "
+                              "with vllm, vllm_v0, sarathi and orca")
+
+        def retire(cancelled: list[Request], now: float) -> None:
+            for r in cancelled:
+                state.live.pop(r.request_id, None)
+                self.recorder.event(now, r.status.value, r.request_id,
+                                    f"{r.reason}: {r.reason_detail}")
+            if self.recorder.records is not None:
+                self.recorder.records.add(cancelled)
+            state.done(len(cancelled))
+            state.wake_all()
+
+        return Timeouts(self.env, self.policy, retire)
 
     def _sleep(self, instance_id: int, state: _State):
         """Idle until an arrival or a step end wakes the instance, or the policy's wake-up time."""
@@ -178,6 +215,7 @@ class Simulation:
         ov = self.overhead
         clock = None if ov is None or ov.is_zero else OverheadClock(ov)
         sched = gap = 0.0  # modelled scheduler seconds of a step, and the GPU-idle part
+        timeouts = state.timeouts
         now = env.now
         while True:
             t0 = perf_counter()
@@ -192,7 +230,10 @@ class Simulation:
                 yield from self._sleep(instance_id, state)
                 now = env.now
                 continue
-            until = state.next_arrival_s - now if step.stop_on_arrival else math.inf
+            if timeouts is None:
+                until = state.next_arrival_s - now if step.stop_on_arrival else math.inf
+            else:  # also cut at the next client deadline
+                until = timeouts.until(instance_id, step, state.next_arrival_s, now)
             if clock is None:
                 result = executor.execute(step, until)
             else:
@@ -221,6 +262,8 @@ class Simulation:
             st.policy_host_s += host
             rec.record_step(instance_id, start, wall, m, seqs, first, ctx, computed, kv, reserved,
                             result.oom, sched, gap, host)
+            if timeouts is not None:  # requests whose clients gave up: cancelled now
+                done = timeouts.after_step(instance_id, done, env.now)
             live = state.live
             for r in done:
                 live.pop(r.request_id, None)

@@ -25,16 +25,18 @@ RECORD_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "
                   "num_recomputed_tokens", "num_padding_tokens", "max_itl_s",
                   "predicted_output_tokens", "app", "requested_output_tokens", "finish_reason",
                   "reason", "reason_detail")
-# finish_reason: stop | length (output cut at max_model_len) | rejected | failed; reason: a code
-# of sim.request (why it was rejected, failed or cut; "" when it ran as asked), reason_detail:
-# the same with its values
+# finish_reason: stop | length (output cut at max_model_len) | rejected | failed | cancelled;
+# reason: a code of sim.request (why it was rejected, failed, cancelled or cut; "" when it ran as
+# asked), reason_detail: the same with its values. A workload with request classes adds its
+# class columns last (`class`, `priority`, `timeout_s`: sim.request.CLASS_FIELDS).
 PERCENTILES = (50, 90, 99)
 ITL_PERCENTILES = (25, 50, 75, 90, 95, 99, 99.9)  # percent: ITL percentiles in the summary
 
 
-def request_records(requests: Sequence[Request]) -> pd.DataFrame:
-    """One flat row per request, plus derived latency columns."""
-    return records_frame(record_columns(requests))
+def request_records(requests: Sequence[Request], extra: Sequence[str] = ()) -> pd.DataFrame:
+    """One flat row per request, plus derived latency columns; `extra`: the class columns
+    the workload has (sim.record_log.record_columns)."""
+    return records_frame(record_columns(requests, extra))
 
 
 def records_frame(columns: dict[str, np.ndarray | list]) -> pd.DataFrame:
@@ -106,6 +108,7 @@ def summarize(records: pd.DataFrame, recorder: Recorder,
         "num_requests": len(records), "completed": len(done),
         "rejected": int((records["status"] == "rejected").sum()),
         "failed": int((records["status"] == "failed").sum()),
+        **cancelled_count(records),
         "num_length_capped": int((records["finish_reason"] == "length").sum()),
         "num_oom_events": recorder.num_oom_events,
         "num_preemptions": int(records["num_preemptions"].sum()),
@@ -160,8 +163,16 @@ def column_sum(values: np.ndarray | list) -> int:
     return int(sum(values.tolist() if isinstance(values, np.ndarray) else values))
 
 
+def cancelled_count(records: pd.DataFrame) -> dict[str, int]:
+    """{'cancelled': N} when the workload has client timeouts (its records have `timeout_s`)
+    or anything was cancelled; {} otherwise, so other runs' summaries are unchanged."""
+    n = int((records["status"] == "cancelled").sum())
+    return {"cancelled": n} if n or "timeout_s" in records.columns else {}
+
+
 def reason_counts(records: pd.DataFrame) -> dict[str, int]:
-    """`reason_<code>`: requests rejected, failed or cut for each reason code (sim.request)."""
+    """`reason_<code>`: requests rejected, failed, cancelled or cut for each reason code
+    (sim.request)."""
     codes = records.loc[records["reason"] != "", "reason"]
     return {f"reason_{code}": int(n) for code, n in codes.value_counts(sort=False).items()}
 

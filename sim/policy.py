@@ -32,6 +32,7 @@ class Policy(ABC):
     """A scheduling policy serving one cluster of instances."""
 
     name: ClassVar[str] = ""  # set by @register_policy
+    supports_cancel: ClassVar[bool] = False  # whether `cancel` works (client timeouts)
     Config: ClassVar[type[PolicyConfig]] = PolicyConfig  # the policy's parameter dataclass
 
     def __init__(self, config: PolicyConfig, instances: Sequence[InstanceInfo],
@@ -64,6 +65,12 @@ class Policy(ABC):
 
     def drain(self, now: float) -> None:
         """No request will arrive after `now`: release anything held back for more arrivals."""
+
+    def cancel(self, request: Request, now: float) -> None:
+        """Its client gave up: forget `request`, queued or admitted but not part of a step in
+        flight, and free its KV (the engine then marks it cancelled, sim/timeouts.py). Only a
+        policy with `supports_cancel` implements it; the engine refuses timeouts for others."""
+        raise NotImplementedError(f"policy {self.name!r} cannot cancel requests")
 
     # ---- helpers shared by policies ---------------------------------------------------
     @property

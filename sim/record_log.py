@@ -14,14 +14,18 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from sim.request import Request
+from sim.request import CLASS_FIELDS, Request
 
 FOLD = 16384  # final requests folded into column chunks at a time
+CLASS_ATTRIBUTES = dict(CLASS_FIELDS)  # record column -> Request field (class, priority, ...)
 
 
 def record_columns(requests: Sequence[Request], extra: Sequence[str] = ()) -> dict[str, list]:
     """One list per record column (before derived latencies), in the order of `requests`;
-    `extra` names Request attributes recorded after them (features a run turned on)."""
+    `extra` names columns added last, each a Request attribute: the class columns the run's
+    workload has (sim.request.CLASS_FIELDS: column `class` is attribute `request_class`) and
+    those of features a run turned on (KV tiers); a run without them has exactly the columns it
+    always had."""
     rs = requests
     columns = {
         "request_id": [r.request_id for r in rs], "arrival_s": [r.arrival_s for r in rs],
@@ -44,7 +48,8 @@ def record_columns(requests: Sequence[Request], extra: Sequence[str] = ()) -> di
         "reason_detail": [r.reason_detail for r in rs],
     }
     for name in extra:
-        columns[name] = [getattr(r, name) for r in rs]
+        attribute = CLASS_ATTRIBUTES.get(name, name)
+        columns[name] = [getattr(r, attribute) for r in rs]
     return columns
 
 
@@ -75,17 +80,17 @@ def join(chunks: list[np.ndarray | list], order: np.ndarray) -> np.ndarray | lis
 class RecordLog:
     """Records of final requests as column chunks; the request objects are not kept."""
 
-    def __init__(self, extra_columns: Sequence[str] = ()) -> None:
+    def __init__(self, extra: Sequence[str] = ()) -> None:
         self._pending: list[Request] = []  # final requests not yet folded
         self._chunks: dict[str, list[np.ndarray | list]] = {}  # column -> chunks, final order
         self.num_records = 0  # requests recorded
-        self.extra_columns = tuple(extra_columns)  # Request attributes recorded after the rest
+        self.extra = tuple(extra)  # columns recorded after the rest (record_columns)
 
     def add_columns(self, names: Sequence[str]) -> None:
         """Also record the Request attributes `names` (before any request is recorded)."""
         if self.num_records or self._pending:
             raise RuntimeError("record columns are added before any request is recorded")
-        self.extra_columns += tuple(n for n in names if n not in self.extra_columns)
+        self.extra += tuple(n for n in names if n not in self.extra)
 
     def add(self, requests: Iterable[Request]) -> None:
         """Record requests that reached a final state (each exactly once)."""
@@ -97,7 +102,7 @@ class RecordLog:
         """Compact the pending requests' columns and drop the objects."""
         if not self._pending:
             return
-        for name, values in record_columns(self._pending, self.extra_columns).items():
+        for name, values in record_columns(self._pending, self.extra).items():
             self._chunks.setdefault(name, []).append(compact(values))
         self.num_records += len(self._pending)
         self._pending = []
@@ -106,7 +111,7 @@ class RecordLog:
         """Every column in request-id order (dtypes as pandas infers them from whole lists)."""
         self._fold()
         if not self._chunks:
-            return record_columns([], self.extra_columns)
+            return record_columns([], self.extra)
         ids = join(self._chunks["request_id"], np.arange(self.num_records))
         order = np.argsort(np.asarray(ids), kind="stable")
         return {name: join(self._chunks.pop(name), order) for name in list(self._chunks)}

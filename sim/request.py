@@ -28,6 +28,7 @@ class RequestStatus(enum.Enum):
     FINISHED = "finished"  # generated all its output tokens
     REJECTED = "rejected"  # can never be served (e.g. prompt larger than KV memory)
     FAILED = "failed"  # its batch ran out of memory and the policy gave it up
+    CANCELLED = "cancelled"  # its client gave up (timeout) while it was queued or running
 
 
 # Why a request did not run as its trace asked: `Request.reason` holds one of these codes (its
@@ -38,6 +39,17 @@ EXCEEDS_KV = "exceeds_kv_capacity"  # needs more KV than any instance has: rejec
 EXCEEDS_BATCH_TOKENS = "exceeds_max_num_batched_tokens"  # prompt over a step's token budget
 EXCEEDS_MAX_TOKENS = "exceeds_max_tokens"  # output over a policy's max_tokens reservation
 OUT_OF_MEMORY = "out_of_memory"  # ran out of KV memory while running: failed
+ADMISSION_RATE = "admission_rate"  # over its token bucket's rate (sim/admission.py): rejected
+QUEUE_FULL = "queue_full"  # too many requests waiting (sim/admission.py): rejected
+PREDICTED_WAIT = "predicted_wait"  # predicted wait over its limit (sim/admission.py): rejected
+CLIENT_TIMEOUT = "client_timeout"  # its client gave up timeout_s after arrival: cancelled
+
+# The optional per-request class columns of a trace (traces/schema.py) and the Request fields
+# they fill; records carry a column only when the run's workload has it (sim/record_log.py).
+CLASS_FIELDS: tuple[tuple[str, str], ...] = (("class", "request_class"), ("priority", "priority"),
+                                             ("timeout_s", "timeout_s"))
+FINAL_STATUSES = (RequestStatus.FINISHED, RequestStatus.REJECTED, RequestStatus.FAILED,
+                  RequestStatus.CANCELLED)
 
 
 class GapRecorder(Protocol):
@@ -86,6 +98,10 @@ class Request:
     num_swapped_in_tokens: int = 0  # KV tokens copied back from host memory
     num_host_hit_tokens: int = 0  # of num_cached_tokens, those the host prefix tier supplied
     num_remote_hit_tokens: int = 0  # of num_cached_tokens, those the remote tier supplied
+    # request classes (docs/classes.md): all unset unless the workload has them
+    request_class: str | None = None  # the workload's class name (trace column `class`)
+    priority: int = 0  # scheduling priority: lower is more important (as vLLM's priority)
+    timeout_s: float = math.inf  # seconds after arrival at which its client gives up
 
     def __post_init__(self) -> None:
         if self.num_prompt_tokens < 1:
@@ -96,6 +112,9 @@ class Request:
                              f"{self.target_output_tokens} must be >= 1")
         if self.requested_output_tokens == 0:
             self.requested_output_tokens = self.target_output_tokens
+        if not self.timeout_s > 0:
+            raise ValueError(f"request {self.request_id}: timeout_s={self.timeout_s!r} must be "
+                             f"> 0 seconds (inf: none)")
 
     # ---- derived counters -------------------------------------------------------------
     @property
@@ -119,8 +138,12 @@ class Request:
 
     @property
     def is_finished(self) -> bool:
-        return self.status in (RequestStatus.FINISHED, RequestStatus.REJECTED,
-                               RequestStatus.FAILED)
+        return self.status in FINAL_STATUSES
+
+    @property
+    def deadline_s(self) -> float:
+        """When its client gives up (seconds since trace start; inf: never)."""
+        return self.arrival_s + self.timeout_s
 
     # ---- state changes ------------------------------------------------------------------
     def mark_scheduled(self, now: float, instance_id: int) -> None:
@@ -177,6 +200,15 @@ class Request:
         self.finish_s = now
         self.reason, self.reason_detail = code, detail
 
+    def cancel(self, now: float, detail: str, code: str = CLIENT_TIMEOUT) -> None:
+        """Its client gave up while it was queued or between steps: final, with a reason
+        `code` and its `detail`. The tokens it computed in this attempt were wasted work: they
+        count as padding, as a failed request's do (docs/architecture.md, "Time and tokens")."""
+        self.num_padding_tokens += self.num_computed_tokens
+        self.status = RequestStatus.CANCELLED
+        self.finish_s = now
+        self.reason, self.reason_detail = code, detail
+
     def apply_max_model_len(self, max_model_len: int, now: float) -> bool:
         """Enforce the model's context as vLLM does: reject a prompt longer than it (returns
         False), else stop generation when prompt + outputs reach it (finish reason `length`;
@@ -197,10 +229,10 @@ class Request:
     @property
     def finish_reason(self) -> str:
         """vLLM's finish reason once final: stop | length (cut at max_model_len) | rejected |
-        failed; "" while it runs."""
+        failed | cancelled; "" while it runs."""
         if self.status is RequestStatus.FINISHED:
             return "length" if self.target_output_tokens < self.requested_output_tokens else "stop"
-        if self.status in (RequestStatus.REJECTED, RequestStatus.FAILED):
+        if self.status in FINAL_STATUSES:
             return self.status.value
         return ""
 
@@ -294,7 +326,8 @@ def requests_from_trace(trace: "pd.DataFrame") -> list[Request]:
     return [request_from_row(cols, i) for i in range(len(trace))]
 
 
-OPTIONAL = ("text", "app", "session_id", "block_ids", "block_tokens")  # optional trace columns
+OPTIONAL = ("text", "app", "session_id", "block_ids", "block_tokens",
+            *(column for column, _ in CLASS_FIELDS))  # optional trace columns
 
 
 def trace_columns(trace: "pd.DataFrame") -> dict[str, np.ndarray | list | None]:
@@ -312,14 +345,20 @@ def trace_columns(trace: "pd.DataFrame") -> dict[str, np.ndarray | list | None]:
         "output_tokens": trace["output_tokens"].to_numpy(dtype=np.int64)}
     for name in OPTIONAL:
         out[name] = trace[name].tolist() if name in trace.columns else None
+    out["class_columns"] = class_columns(out)
     return out
+
+
+def class_columns(cols: dict) -> tuple[str, ...]:
+    """The class columns (CLASS_FIELDS) a trace's `trace_columns` has: those its records get."""
+    return tuple(column for column, _ in CLASS_FIELDS if cols.get(column) is not None)
 
 
 def request_from_row(cols: dict, i: int) -> Request:
     """The Request of row `i` of `trace_columns`."""
     text, app, session = cols["text"], cols["app"], cols["session_id"]
     blocks, granule = cols["block_ids"], cols["block_tokens"]
-    return Request(
+    r = Request(
         i, float(cols["arrival_s"][i]), int(cols["prompt_tokens"][i]),
         int(cols["output_tokens"][i]),
         text=None if text is None else text[i],
@@ -328,6 +367,29 @@ def request_from_row(cols: dict, i: int) -> Request:
                                                  else str(session[i])),
         block_ids=None if blocks is None else tuple(int(b) for b in blocks[i]),
         block_tokens=None if granule is None else _optional_int(granule[i]))
+    if cols.get("class_columns"):
+        _set_class_fields(r, cols, i)
+    return r
+
+
+def _set_class_fields(r: Request, cols: dict, i: int) -> None:
+    """`r`'s fields from row `i`'s class columns (a missing cell keeps the default: no class,
+    priority 0, no timeout)."""
+    name, priority, timeout = cols.get("class"), cols.get("priority"), cols.get("timeout_s")
+    if name is not None and not _missing(name[i]):
+        r.request_class = str(name[i])
+    if priority is not None and not _missing(priority[i]):
+        r.priority = int(priority[i])  # type: ignore[arg-type]
+    if timeout is not None and not _missing(timeout[i]):
+        value = float(timeout[i])  # type: ignore[arg-type]
+        if not value > 0:
+            raise ValueError(f"request {i}: timeout_s={value!r} must be > 0 seconds")
+        r.timeout_s = value
+
+
+def _missing(value: object) -> bool:
+    """None or NaN."""
+    return value is None or value != value
 
 
 def _optional_int(value: object) -> int | None:

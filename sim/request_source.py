@@ -9,6 +9,7 @@ same interface (tests and callers that read the objects afterwards).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Sequence, Union
 
 from sim.request import OPTIONAL, Request, request_from_row, trace_columns
@@ -37,6 +38,11 @@ class TraceRequests:
 
     def __len__(self) -> int:
         return len(self._arrival)
+
+    @property
+    def has_timeouts(self) -> bool:
+        """Whether the trace has a timeout_s column (client timeouts, sim/timeouts.py)."""
+        return self.columns.get("timeout_s") is not None
 
     def arrival_s(self, i: int) -> float:
         """Trace arrival time of row `i` (seconds)."""
@@ -72,6 +78,11 @@ class ListRequests:
 
     def __len__(self) -> int:
         return len(self.requests)
+
+    @property
+    def has_timeouts(self) -> bool:
+        """Whether any request has a finite timeout_s (client timeouts, sim/timeouts.py)."""
+        return any(r.timeout_s != math.inf for r in self.requests)
 
     def arrival_s(self, i: int) -> float:
         """Arrival time of request `i` (seconds)."""

@@ -13,6 +13,8 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from sim.admission import AdmissionConfig, AdmissionControl
+from sim.class_metrics import class_summary
 from sim.engine import InstanceStats, Simulation
 from sim.executor import Executor, info_of
 from sim.limits import resolve_max_model_len
@@ -74,23 +76,29 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
                    overhead: SchedulingOverhead | None = None,
                    max_model_len: int | None = None,
                    max_concurrency: int | None = None,
-                   steps_path: Path | str | None = None) -> RunResult:
+                   steps_path: Path | str | None = None,
+                   admission: AdmissionConfig | None = None) -> RunResult:
     """Replay `trace` through the policy `make_policy` builds, on one executor per instance,
     with the scheduler CPU time `overhead` models (sim.overhead) before each iteration, if
     given. Prompts longer than `max_model_len` (default: the model's context) are rejected and
     outputs cut where prompt + output reach it (sim/limits.py). With `max_concurrency` N at
     most N requests are in the system at once (closed loop, sim/engine.py). With `steps_path`
     the steps go to that parquet file as the run ends (written from the spilled step log one row
-    group at a time, never as one frame) and the result reads them back only when asked."""
+    group at a time, never as one frame) and the result reads them back only when asked. With
+    `admission` arrivals over its limits are rejected (sim/admission.py); a trace with request
+    classes adds their columns to the records and per-class keys to the summary
+    (docs/classes.md)."""
     limit = resolve_max_model_len(executors, max_model_len)
     requests = TraceRequests(trace)  # built as they arrive, dropped when final
-    recorder = Recorder(records=RecordLog())
+    recorder = Recorder(records=RecordLog(requests.columns["class_columns"]))
     infos = [info_of(ex, i) for i, ex in enumerate(executors)]
     policy = make_policy(infos, recorder)
     stats: list[InstanceStats] = Simulation(requests, policy, executors, recorder,
                                             on_done=on_done, overhead=overhead,
                                             max_model_len=limit,
-                                            max_concurrency=max_concurrency).run()
+                                            max_concurrency=max_concurrency,
+                                            admission=None if admission is None
+                                            else AdmissionControl(admission)).run()
     steps: pd.DataFrame | Path
     if steps_path is not None:  # written before the records frame exists: lower peak memory
         try:
@@ -101,6 +109,7 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
             steps_path = None
     records = records_frame(recorder.records.columns())
     summary = summarize(records, recorder, stats)
+    summary.update(class_summary(records, summary["duration_s"]))
     if steps_path is None:
         steps = recorder.steps_frame()
     recorder.step_log.close()  # its folded columns are in `steps` now: free them

@@ -18,7 +18,7 @@ TINY = ["--set", "workload={synthetic: {num_requests: 20}}", "--set", "request_r
 def test_every_page_has_its_configs_and_a_doc_naming_its_command():
     found = pages()
     assert set(found) == set(PAGE_MODULES) == {
-        "kv_tiers", "length_aware", "magnus", "overhead", "policies", "prefix_cache",
+        "classes", "kv_tiers", "length_aware", "magnus", "overhead", "policies", "prefix_cache",
         "rolling_batch", "speculative"}
     for name, page in found.items():
         assert isinstance(page, FigurePage) and page.name == name

@@ -59,13 +59,14 @@ VARIANTS: dict[str, list[dict]] = {
 
 
 def check_invariants(trace: pd.DataFrame, policy: str, executors: list,
-                     params: dict | None = None) -> None:
+                     params: dict | None = None,
+                     statuses: set[str] = frozenset({"finished", "rejected", "failed"})) -> None:
     res = simulate(trace, policy, params or {}, executors)
     rec = res.records
     caps = {i: ex.kv_capacity_tokens for i, ex in enumerate(executors)}
     # each request reaches exactly one final state; finished ones have exactly their tokens
     assert len(rec) == len(trace) and rec["request_id"].is_unique
-    assert set(rec["status"]) <= {"finished", "rejected", "failed"}
+    assert set(rec["status"]) <= statuses
     done = rec[rec["status"] == "finished"]
     assert (done["output_tokens"] == done["target_output_tokens"]).all()
     # tokens conserved: computed = useful (prompt + outputs - 1 of finished requests) + padding

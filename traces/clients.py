@@ -4,7 +4,10 @@ length distributions, merged into one trace (a production mix as serving benchma
 Each client is a renewal process at `share / sum(shares)` of the total rate: Poisson, Gamma
 (vLLM's burstiness b = Gamma shape, gap CV 1 / sqrt(b); or give the CV) or Weibull (give the
 CV). Every client draws from its own seeded stream (`default_rng([seed, index])`), so adding a
-client leaves the others' requests unchanged. Requests carry their client's name in `app`.
+client leaves the others' requests unchanged. Requests carry their client's name in `app`, and
+its `class` and `priority` when any client sets them (docs/classes.md; a client without one
+leaves the cell empty: class `default`, priority 0). A client's lengths may be resampled
+jointly from a shared trace (`lengths_trace: azure_code`) instead of drawn from distributions.
 A total rate of inf puts every request at 0, each drawn from a client with probability = share.
 """
 
@@ -19,7 +22,10 @@ import pandas as pd
 
 from sim.errors import ConfigError
 from traces.arrivals import PROCESSES, cv_from_burstiness, interarrival_gaps, weibull_shape
-from traces.lengths import LENGTH_PRESETS, LengthDist
+from traces.class_columns import CLASS_NAME, PRIORITY_RANGE
+from traces.lengths import LENGTH_PRESETS, LengthDist, resample_lengths
+from traces.paths import SHARED_TRACES, shared_trace_path
+from traces.registry import load_trace
 from traces.schema import validate_trace
 
 CLIENT_ARRIVALS: tuple[str, ...] = ("poisson", "gamma", "weibull")
@@ -38,6 +44,9 @@ class ClientSpec:
     lengths: str = "sharegpt"  # a LENGTH_PRESETS name
     prompt: LengthDist | None = None  # prompt length distribution, tokens (overrides the preset)
     output: LengthDist | None = None  # output length distribution, tokens (overrides the preset)
+    request_class: str | None = None  # its requests' class (YAML key `class`), docs/classes.md
+    priority: int | None = None  # its requests' priority: lower is more important (vLLM's)
+    lengths_trace: str | None = None  # a shared trace whose (prompt, output) pairs it resamples
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -54,7 +63,27 @@ class ClientSpec:
             value = getattr(self, name)
             if value is not None and not isinstance(value, LengthDist):
                 raise ConfigError(name, value, "must be a LengthDist")
+        self._check_class()
         self.gap_cv()
+
+    def _check_class(self) -> None:
+        """The class, priority and lengths_trace fields."""
+        if self.request_class is not None and not (isinstance(self.request_class, str)
+                                                   and CLASS_NAME.match(self.request_class)):
+            raise ConfigError("class", self.request_class, "must be 1-64 letters, digits, "
+                              "'_', '-', '.' or ':'")
+        p = self.priority
+        if p is not None and (isinstance(p, bool) or not isinstance(p, int)
+                              or not PRIORITY_RANGE[0] <= p <= PRIORITY_RANGE[1]):
+            raise ConfigError("priority", p, "must be an int (lower is more important)")
+        if self.lengths_trace is None:
+            return
+        if self.lengths_trace not in SHARED_TRACES:
+            raise ConfigError("lengths_trace", self.lengths_trace,
+                              f"unknown shared trace; known: {', '.join(SHARED_TRACES)}")
+        if self.prompt is not None or self.output is not None:
+            raise ConfigError("lengths_trace", self.lengths_trace,
+                              "resamples (prompt, output) pairs: give no prompt / output")
 
     def gap_cv(self) -> float:
         """The inter-arrival CV this client's settings give."""
@@ -138,7 +167,7 @@ def multi_client_trace(cfg: MultiClientConfig, seed: int) -> pd.DataFrame:
     for i, (client, share) in enumerate(zip(cfg.clients, cfg.shares())):
         rng = np.random.default_rng([seed, i])
         times = _client_times(client, cfg.rate_per_s * share, cfg, rng)
-        parts.append(_client_frame(client, times, rng))
+        parts.append(_client_frame(client, times, rng, cfg))
     df = pd.concat(parts, ignore_index=True)
     df = df.iloc[np.argsort(df["arrival_s"].to_numpy(), kind="stable")]
     if cfg.duration_s is not None:
@@ -165,12 +194,23 @@ def _client_times(client: ClientSpec, rate: float, cfg: MultiClientConfig,
 
 
 def _client_frame(client: ClientSpec, times: np.ndarray, rng: np.random.Generator,
-                  ) -> pd.DataFrame:
-    """One client's requests: times, lengths drawn from its distributions, app = its name."""
-    prompt, output = client.lengths_dists()
-    return pd.DataFrame({"arrival_s": times, "prompt_tokens": prompt.sample(times.size, rng),
-                         "output_tokens": output.sample(times.size, rng),
-                         "app": [client.name] * times.size})
+                  cfg: MultiClientConfig) -> pd.DataFrame:
+    """One client's requests: times, lengths drawn from its distributions (or resampled from
+    its trace), app = its name, and its class and priority when the workload has them."""
+    if client.lengths_trace is not None:
+        pairs = resample_lengths(load_trace(shared_trace_path(client.lengths_trace)),
+                                 times.size, rng)
+        prompts, outputs = pairs["prompt_tokens"].to_numpy(), pairs["output_tokens"].to_numpy()
+    else:
+        prompt, output = client.lengths_dists()
+        prompts, outputs = prompt.sample(times.size, rng), output.sample(times.size, rng)
+    frame = pd.DataFrame({"arrival_s": times, "prompt_tokens": prompts,
+                          "output_tokens": outputs, "app": [client.name] * times.size})
+    if any(c.request_class is not None for c in cfg.clients):
+        frame["class"] = [client.request_class] * times.size
+    if any(c.priority is not None for c in cfg.clients):
+        frame["priority"] = np.full(times.size, client.priority or 0, dtype=np.int64)
+    return frame
 
 
 def _all_at_once(cfg: MultiClientConfig, seed: int) -> pd.DataFrame:
@@ -181,7 +221,7 @@ def _all_at_once(cfg: MultiClientConfig, seed: int) -> pd.DataFrame:
     parts = []
     for i, client in enumerate(cfg.clients):
         count = int(np.count_nonzero(which == i))
-        part = _client_frame(client, np.zeros(count), np.random.default_rng([seed, i]))
+        part = _client_frame(client, np.zeros(count), np.random.default_rng([seed, i]), cfg)
         parts.append(part.assign(_order=np.flatnonzero(which == i)))
     df = pd.concat(parts, ignore_index=True).sort_values("_order", kind="stable")
     return validate_trace(df.drop(columns="_order").reset_index(drop=True),

@@ -21,6 +21,7 @@ from sim.errors import TraceError
 from traces.columns import Lines
 from traces.files import (check_limit, existing_file, is_gzip, iter_jsonl, open_binary,
                           read_csv_cells)
+from traces.class_columns import CLASS_COLUMNS
 from traces.schema import STRING_COLUMNS, require_rows, validate_trace
 from traces.times import relative_seconds
 
@@ -31,7 +32,8 @@ def load_csv(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
     """A schema CSV; `limit` keeps the first rows."""
     path = existing_file(path)
     check_limit(limit)
-    dtypes = {c: object for c in (*STRING_COLUMNS, ARRIVAL)}  # arrival_s as text: exact shift
+    dtypes = {c: object for c in (*STRING_COLUMNS, *CLASS_COLUMNS, ARRIVAL)}  # text as written
+    # (arrival_s: an exact shift; class: "007" stays a name)
     return _finish(read_csv_cells(path, limit, dtypes), str(path))
 
 

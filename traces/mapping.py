@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError, TraceError
+from traces.class_columns import CLASS_COLUMNS
 from traces.columns import Lines, is_missing, row_label, where_text
 from traces.files import check_limit, existing_file, iter_jsonl, read_csv_cells
 from traces.schema import (BLOCK_COLUMN, BLOCK_TOKENS_COLUMN, REQUIRED_COLUMNS, STRING_COLUMNS,
@@ -28,7 +29,7 @@ from traces.schema import (BLOCK_COLUMN, BLOCK_TOKENS_COLUMN, REQUIRED_COLUMNS, 
 from traces.times import relative_seconds
 
 SCHEMA_COLUMNS: tuple[str, ...] = (*REQUIRED_COLUMNS, *STRING_COLUMNS, BLOCK_COLUMN,
-                                   BLOCK_TOKENS_COLUMN)
+                                   BLOCK_TOKENS_COLUMN, *CLASS_COLUMNS)
 UNITS_PER_S: dict[str, float] = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}  # units per second
 FORMATS: tuple[str, ...] = ("epoch", "iso8601")  # or a strftime pattern (contains '%')
 MAPPED_FILE_FORMATS: tuple[str, ...] = ("csv", "parquet", "jsonl")  # formats a mapping reads

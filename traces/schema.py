@@ -10,7 +10,9 @@ Optional columns: `text`, `app`, `session_id` (str, None when missing), `block_i
 int64: the prompt's block hashes, equal ids = shared prefix block) and `block_tokens` (int64 >= 1:
 tokens each block id covers, e.g. 512 for Mooncake; prefix caching needs it, see
 `sim/prefix_keys.py`). Non-empty `block_ids` without a `block_tokens` column are an error (prefix
-caching could not use them; the Mooncake loader sets 512). Any other column is kept as is.
+caching could not use them; the Mooncake loader sets 512). Request classes (docs/classes.md):
+`class` (str), `priority` (int64, lower first; empty: 0) and `timeout_s` (float64 seconds > 0;
+empty: none), coerced by `traces.class_columns`. Any other column is kept as is.
 
 Unsorted arrivals are not an error: `validate_trace` sorts rows stably by `arrival_s` (ties keep
 their file order) and emits an `UnsortedTraceWarning` saying how many rows moved. Real traces are
@@ -27,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import TraceError
+from traces.class_columns import CLASS_COLUMNS, to_class_names, to_priorities, to_timeouts
 from traces.columns import (Lines, row_label, to_block_ids, to_seconds, to_strings,
                             to_token_counts, where_text)
 
@@ -70,6 +73,10 @@ def validate_trace(df: pd.DataFrame, source: str, *, lines: Lines = None) -> pd.
             cols[name] = to_block_ids(out[name], source=source, field=name, lines=lines)
         elif name == BLOCK_TOKENS_COLUMN:
             cols[name] = to_token_counts(out[name], source=source, field=name, lines=lines)
+        elif name in CLASS_COLUMNS:
+            coerce = {"class": to_class_names, "priority": to_priorities,
+                      "timeout_s": to_timeouts}[name]
+            cols[name] = coerce(out[name], source=source, field=name, lines=lines)
         else:
             cols[name] = out[name].copy()
     clean = pd.DataFrame(cols, index=pd.RangeIndex(len(out)))

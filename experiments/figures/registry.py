@@ -10,6 +10,7 @@ import importlib
 from experiments.figures.page import FigurePage
 
 PAGE_MODULES: dict[str, str] = {  # page name -> module defining PAGE (docs/<page>.md)
+    "classes": "experiments.figures.classes",
     "kv_tiers": "experiments.figures.kv_tiers",
     "length_aware": "experiments.figures.length_aware",
     "magnus": "experiments.figures.magnus",

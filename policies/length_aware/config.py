@@ -17,6 +17,7 @@ from sim.errors import ConfigError, check_fraction, check_positive
 
 from policies.kv_tier_config import refuse_kv_tiers
 from policies.magnus.config import PredictorConfig, check_optional_seconds
+from policies.paged_classes import refuse_priority
 from policies.vllm import VllmConfig
 
 
@@ -38,6 +39,9 @@ class LacbConfig(VllmConfig):
         super().__post_init__()
         refuse_kv_tiers(self, "lacb's length-aware admission does not know swapped-out "
                               "requests or lower-tier prefix hits; use vllm_v0 or sarathi")
+        refuse_priority(self, "lacb", "orders waiting requests by predicted work "
+                        "(aging_tokens_per_s, max_wait_s); priority scheduling runs with vllm, "
+                        "vllm_v0 and sarathi")
         object.__setattr__(self, "predictor", PredictorConfig.from_value(self.predictor))
         for name in ("kv_margin", "prompt_weight", "aging_tokens_per_s"):
             value = getattr(self, name)

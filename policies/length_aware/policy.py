@@ -38,6 +38,7 @@ from policies.vllm import VllmPolicy
 class LacbPolicy(VllmPolicy):
     Config = LacbConfig
     config: LacbConfig
+    supports_cancel = False  # its reservations and predictor do not follow cancellations yet
 
     def __init__(self, config: LacbConfig, instances: Sequence[InstanceInfo],
                  recorder: Recorder, rng: np.random.Generator,
