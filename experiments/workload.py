@@ -17,6 +17,7 @@ from traces.registry import infer_format, load_trace, shared_trace_path
 from traces.schema import trace_stats
 from traces.sessions import session_trace
 from traces.synthetic import poisson_from_lengths, scale_rate, synthetic_trace
+from traces.session_keys import sessions_from_blocks
 from traces.transform import all_at_once, gamma_from_lengths
 
 
@@ -35,6 +36,8 @@ def load_base_trace(cfg: ExperimentConfig) -> pd.DataFrame | None:
         df = load_mapped(path, "csv" if fmt == "azure" else fmt, mapped, limit=trace.limit)
     if len(df) == 0:
         raise TraceError(str(path), "trace has no requests")
+    if trace.session_blocks is not None:
+        df = sessions_from_blocks(df, trace.session_blocks, str(path))
     check_retime(df, trace, str(path))
     return df
 

@@ -67,6 +67,8 @@ class TraceWorkload:
     burstiness: float = 1.0  # retime gamma: Gamma shape as vLLM's --burstiness (gap CV 1/sqrt(b))
     columns: dict[str, str] | None = None  # schema column -> file column (traces/mapping.py)
     timestamp: TimestampFormat | None = None  # how the arrival column is written (default: s)
+    session_blocks: int | None = None  # session_id = the first N prompt block ids (a trace with
+    # block_ids and no session ids, e.g. mooncake: 2; traces/session_keys.py)
 
     def __post_init__(self) -> None:
         from traces.paths import SHARED_TRACES
@@ -84,6 +86,9 @@ class TraceWorkload:
                               f"unknown; known: {', '.join(TRACE_FORMATS)}")
         if self.limit is not None:
             check_positive_number("workload.trace.limit", self.limit, integer=True)
+        if self.session_blocks is not None:
+            check_positive_number("workload.trace.session_blocks", self.session_blocks,
+                                  integer=True)
         if self.retime not in RETIMINGS:
             raise ConfigError("workload.trace.retime", self.retime,
                               f"unknown; known: {', '.join(RETIMINGS)}")
