@@ -78,7 +78,7 @@ class RooflineCostModel:
 
     __slots__ = ("deployment", "config", "_inv_c", "_inv_cd", "_inv_m", "_dense_fpt", "_lm_fps",
                  "_layer_bytes", "_lm_bytes", "_act_bpt", "_dequant_s", "_attn_fpp", "_kv_bpt",
-                 "_ar_fixed_s", "_ar_bpt", "_ar_spt", "_step_s", "_seq_s", "_moe")
+                 "_ar_fixed_s", "_ar_bpt", "_ar_spt", "_step_s", "_seq_s", "_moe", "_decode_cache")
 
     def __init__(self, deployment: DeploymentSpec, config: CostModelConfig = CostModelConfig()):
         self.deployment = deployment  # the instance modelled
@@ -109,6 +109,7 @@ class RooflineCostModel:
                                        * config.interconnect_efficiency)  # s per token
         self._step_s = config.step_overhead_s  # seconds
         self._seq_s = config.per_seq_overhead_s  # seconds per sequence
+        self._decode_cache: dict[int, tuple[float, tuple[float, ...], bool]] = {}  # by batch
 
     def _init_moe(self, deployment: DeploymentSpec, config: CostModelConfig) -> int:
         """Fold the MoE and MLA terms; the all-reduces per iteration the all-to-alls replace."""
@@ -187,16 +188,11 @@ class RooflineCostModel:
             if num_iterations > 1 and first < until_s:  # an empty batch: overhead only
                 return ends_of(first, [self._step_s] * (num_iterations - 1), until_s)
             return [first]
-        d_flops, d_bytes = self._dense_work(b, b)
-        base = max(d_flops * self._inv_cd, d_bytes * self._inv_m) + self._dequant_s
-        tail = [self._ar_fixed_s + self._ar_spt * b]  # added in this order after attention
-        if self._moe is not None:
-            tail.append(self._moe.a2a_s(b))
-        tail += [self._step_s, self._seq_s * b]
+        base, tail, mem_bound = self._decode_terms(b)
         fpp, kvb, inv_c, inv_m = self._attn_fpp, self._kv_bpt, self._inv_c, self._inv_m
         x = sum_context + num_tokens + b  # attention's context + b, tokens
-        if len(tail) == 3 and kvb * inv_m > fpp * inv_c * (1.0 + 1e-9):  # memory-bound decode
-            t0, t1, t2 = tail  # the usual case, unrolled: kvb * x * inv_m is always the max
+        if mem_bound and len(tail) == 3:  # the usual case, unrolled
+            t0, t1, t2 = tail
             ends, e = [first], first
             for _ in range(num_iterations - 1):
                 e += base + kvb * x * inv_m + t0 + t1 + t2
@@ -217,6 +213,22 @@ class RooflineCostModel:
                 break
             x += b
         return ends
+
+    def _decode_terms(self, b: int) -> tuple[float, tuple[float, ...], bool]:
+        """A decode iteration of `b` sequences: dense + dequant seconds, the terms added after
+        attention (in order), and whether attention is always memory-bound (kvb x / bw above
+        the FLOP term for every context x, with margin for rounding). Cached per batch size."""
+        terms = self._decode_cache.get(b)
+        if terms is None:
+            d_flops, d_bytes = self._dense_work(b, b)
+            base = max(d_flops * self._inv_cd, d_bytes * self._inv_m) + self._dequant_s
+            tail = [self._ar_fixed_s + self._ar_spt * b]
+            if self._moe is not None:
+                tail.append(self._moe.a2a_s(b))
+            tail += [self._step_s, self._seq_s * b]
+            mem_bound = self._kv_bpt * self._inv_m > self._attn_fpp * self._inv_c * (1.0 + 1e-9)
+            terms = self._decode_cache[b] = (base, tuple(tail), mem_bound)
+        return terms
 
     def iteration_times(self, num_new_tokens: Sequence[int], num_context_tokens: Sequence[int],
                         num_sampled: int, num_iterations: int = 1) -> np.ndarray:

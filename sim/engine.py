@@ -254,8 +254,10 @@ class Simulation:
             st.num_steps += 1
             st.num_iterations += m
             st.seq_iterations += m * seqs
-            st.peak_kv_tokens = max(st.peak_kv_tokens, kv)
-            st.peak_reserved_kv_tokens = max(st.peak_reserved_kv_tokens, reserved)
+            if kv > st.peak_kv_tokens:
+                st.peak_kv_tokens = kv
+            if reserved > st.peak_reserved_kv_tokens:
+                st.peak_reserved_kv_tokens = reserved
             t0 = perf_counter()
             done = policy.update(step, result, now)
             host += perf_counter() - t0

@@ -39,7 +39,8 @@ class StageCostModel:
                  "_attn_half", "_attn_fixed", "_kv_bpt", "_kv_inv_large", "_dec_small",
                  "_dec_span", "_dec_half", "_dec_fixed", "_inv_bw", "_ar_fixed", "_ar_spb",
                  "_ar_ll_fixed", "_ar_ll_spb", "_launch_floor",
-                 "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt", "_vocab_bytes", "_moe")
+                 "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt", "_vocab_bytes", "_moe",
+                 "_decode_cache")
 
     def __init__(self, deployment: DeploymentSpec, params: StageParams) -> None:
         self.deployment = deployment  # the instance modelled
@@ -91,6 +92,7 @@ class StageCostModel:
         self._hidden_bytes = h * a  # bytes of one token's hidden state
         self._lm_gemm = self._gemm_consts(h, m.vocab_size / tp, a)  # lm_head stays fp16
         self._vocab_bytes = m.vocab_size * a  # bytes of one sequence's logits
+        self._decode_cache: dict[int, tuple[float, float, float]] = {}  # decode terms by batch
         self._moe: MoEStageTerms | None = None  # the layers of an MoE / MLA model
         if m.moe is not None or m.mla is not None:
             self._moe = MoEStageTerms(deployment, p)
@@ -258,9 +260,13 @@ class StageCostModel:
             if num_iterations > 1 and first < until_s:  # an empty batch: overhead only
                 return ends_of(first, [self.params.cpu_step_s] * (num_iterations - 1), until_s)
             return ends
-        base = self._layers_s(b, self._dec_fixed) + self.gpu_fixed_s(b, b)
-        slope, host, floor = (self._layers * self._decode_s_per_kv_token(b), self.host_s(b),
-                              self._launch_floor)
+        terms = self._decode_cache.get(b)
+        if terms is None:  # a decode iteration of b sequences: fixed seconds, s per KV token
+            terms = self._decode_cache[b] = (
+                self._layers_s(b, self._dec_fixed) + self.gpu_fixed_s(b, b),
+                self._layers * self._decode_s_per_kv_token(b), self.host_s(b))
+        base, slope, host = terms
+        floor = self._launch_floor
         e, kv0, append = first, sum_context + num_tokens, ends.append
         for j in range(1, num_iterations):
             gpu = base + slope * float(j * b + kv0)
