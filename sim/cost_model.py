@@ -180,17 +180,23 @@ class RooflineCostModel:
                                  first_extra_s: float = 0.0) -> list[float]:
         """Cumulative ends (seconds) of `iteration_times_from_sums` (plus `first_extra_s` on the
         first), bit for bit, computed only up to the first end at or after `until_s`."""
-        pairs = (2 * sum_new_x_context + sum_new_squared + num_tokens) * 0.5
-        first = self._first_time(num_tokens, sum_context, pairs, num_seqs,
-                                 num_sampled) + first_extra_s
         b = num_seqs
+        base, tail, mem_bound = self._decode_terms(b) if b else (0.0, (), False)
+        x = sum_context + num_tokens  # attention's context in the first iteration, tokens
+        if (mem_bound and len(tail) == 3 and num_tokens == b == num_sampled
+                and sum_new_squared == b):  # every row decodes: the later iterations' formula
+            t0, t1, t2 = tail
+            first = base + self._kv_bpt * x * self._inv_m + t0 + t1 + t2 + first_extra_s
+        else:
+            pairs = (2 * sum_new_x_context + sum_new_squared + num_tokens) * 0.5
+            first = self._first_time(num_tokens, sum_context, pairs, num_seqs,
+                                     num_sampled) + first_extra_s
         if num_iterations == 1 or first >= until_s or not b:
             if num_iterations > 1 and first < until_s:  # an empty batch: overhead only
                 return ends_of(first, [self._step_s] * (num_iterations - 1), until_s)
             return [first]
-        base, tail, mem_bound = self._decode_terms(b)
         fpp, kvb, inv_c, inv_m = self._attn_fpp, self._kv_bpt, self._inv_c, self._inv_m
-        x = sum_context + num_tokens + b  # attention's context + b, tokens
+        x += b  # attention's context + b in the second iteration, tokens
         if mem_bound and len(tail) == 3:  # the usual case, unrolled
             t0, t1, t2 = tail
             ends, e = [first], first
