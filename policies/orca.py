@@ -62,9 +62,10 @@ class OrcaPolicy(Policy):
             request.reject(now, f"output_tokens={request.target_output_tokens} > max_tokens="
                                 f"{self.config.max_tokens}", EXCEEDS_MAX_TOKENS)
             return False
-        need = self.reservation(request)
-        fits = [i for i, info in enumerate(self.instances) if info.kv_capacity_tokens >= need]
+        fits = [i for i, info in enumerate(self.instances)
+                if info.kv_capacity_tokens >= self.needed_tokens(i, request)]
         if not fits:
+            need = min(self.needed_tokens(i, request) for i in range(len(self.instances)))
             return not self.reject_if_too_large(request, need, now)
         loads = [InstanceLoad(i, self.state[i].waiting, self.state[i].running,
                               self.state[i].reserved, self.instances[i].kv_capacity_tokens)
@@ -72,7 +73,12 @@ class OrcaPolicy(Policy):
         self.state[self.router.route(request, loads)].waiting.append(request)
         return True
 
-    def next_step(self, instance_id: int, now: float) -> Step | None:
+    def needed_tokens(self, instance_id: int, request: Request) -> int:
+        """KV tokens `request` needs on an instance where it runs alone (its reservation)."""
+        return self.reservation(request)
+
+    def admit_waiting(self, instance_id: int, now: float) -> None:
+        """Move waiting requests into the running batch, FCFS, while their reservations fit."""
         s = self.state[instance_id]
         cap = self.instances[instance_id].kv_capacity_tokens
         while s.waiting and len(s.running) < self.config.max_batch_size:
@@ -83,6 +89,10 @@ class OrcaPolicy(Policy):
             r.mark_scheduled(now, instance_id)
             s.running.append(r)
             s.reserved += need
+
+    def next_step(self, instance_id: int, now: float) -> Step | None:
+        self.admit_waiting(instance_id, now)
+        s = self.state[instance_id]
         if not s.running:
             return None
         run = s.running

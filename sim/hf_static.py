@@ -15,6 +15,8 @@ cost models. What differs from a paged engine:
              token's K and V through HBM `kv_passes` times (attention read, torch.cat read and
              write, layout copies). int8 / int4 weights are dequantized to an fp16 copy in HBM
              before each matmul (ChatGLM's cpm_kernels path), so they are read slower than fp16.
+  continuous a Step with decode rows (an iteration-level batcher's running batch, joiners among
+             it) is run as an HF continuous batcher runs it: sim/hf_continuous.py.
 The two time parameters (`step_overhead_s`, `kv_passes`) were set from the Magnus paper's Fig. 4
 run (docs/magnus.md, "The static-batch engine"). The executor is handed to policies as
 `InstanceInfo.engine`, so a policy can size batches in the engine's bytes and profile batch times
@@ -33,6 +35,7 @@ from sim.cost_model import ACT_DTYPE_BYTES, GIB, DeploymentSpec, weight_dtype_by
 from sim.errors import ConfigError, check_fraction, check_positive
 from sim.executor import InstanceInfo, Step, StepResult, modelled_result
 from sim.field_types import check_fields
+from sim.hf_continuous import execute_mixed, mixed_shape
 
 ENGINE_KINDS = ("paged", "hf_static")  # cluster.engine.kind values; {} means paged
 FP16_COPY_BYTES = 2 * ACT_DTYPE_BYTES  # a dequantized weight: written once, read once (fp16)
@@ -207,24 +210,37 @@ class HFStaticExecutor:
         start = context + prompt  # tokens per row after the prefill
         return 0 if start + iterations - 1 <= last else last - start + 2
 
-    def iteration_times(self, rows: int, prompt: int, context: int,
-                        iterations: int) -> np.ndarray:
-        """Seconds of each iteration of a padded batch: prefill of `rows x prompt` tokens over
-        `context` cached ones, then one token per row per iteration."""
-        p = self.params
+    def prefill_seconds(self, rows: int, prompt: int, context: int = 0) -> float:
+        """Seconds of a padded prefill of `rows x prompt` tokens over `context` cached ones (its
+        own forward pass: weights, every position's logits, the full score matrix)."""
         tokens = rows * prompt
         flops = self._dense_fpt * tokens + self._attn_fpp * tokens * (context + prompt)
         moved = (self._weight_bytes + self._score_bpp * tokens * (context + prompt)
                  * self.deployment.model.num_layers + self._kv_bpt * rows * (context + prompt))
-        first = max(flops * self._inv_c, moved * self._inv_m) + p.step_overhead_s
+        return max(flops * self._inv_c, moved * self._inv_m) + self.params.step_overhead_s
+
+    def decode_times(self, rows: int, first_context: int, iterations: int) -> np.ndarray:
+        """Seconds of `iterations` padded decode iterations, one token a row, each row's cache
+        holding `first_context` tokens before the first (one more each iteration)."""
+        p = self.params
+        ctx = first_context + np.arange(iterations, dtype=np.float64)  # per row
+        dense = max(self._dense_fpt * rows * self._inv_c, self._weight_bytes * self._inv_m)
+        kv = p.kv_passes * self._kv_bpt * rows * (ctx + 1) * self._inv_m
+        attn = self._attn_fpp * rows * (ctx + 1) * self._inv_c
+        return dense + np.maximum(kv, attn) + p.step_overhead_s
+
+    def kv_copy_seconds(self, rows: int, length: int) -> float:
+        """Seconds to re-lay out a padded KV tensor of `rows x length` tokens (read + write)."""
+        return 2.0 * self._kv_bpt * rows * length * self._inv_m
+
+    def iteration_times(self, rows: int, prompt: int, context: int,
+                        iterations: int) -> np.ndarray:
+        """Seconds of each iteration of a padded batch: prefill of `rows x prompt` tokens over
+        `context` cached ones, then one token per row per iteration."""
         out = np.empty(iterations)
-        out[0] = first
+        out[0] = self.prefill_seconds(rows, prompt, context)
         if iterations > 1:
-            ctx = context + prompt + np.arange(iterations - 1, dtype=np.float64)  # per row
-            dense = max(self._dense_fpt * rows * self._inv_c, self._weight_bytes * self._inv_m)
-            kv = p.kv_passes * self._kv_bpt * rows * (ctx + 1) * self._inv_m
-            attn = self._attn_fpp * rows * (ctx + 1) * self._inv_c
-            out[1:] = dense + np.maximum(kv, attn) + p.step_overhead_s
+            out[1:] = self.decode_times(rows, context + prompt, iterations - 1)
         return out
 
     def batch_seconds(self, rows: int, prompt: int, iterations: int) -> float:
@@ -235,10 +251,14 @@ class HFStaticExecutor:
         return float(self.iteration_times(rows, prompt, 0, iterations).sum())
 
     def execute(self, step: Step, until_s: float = math.inf) -> StepResult:
-        """Model `step` padded to its longest row; stop after the first iteration ending at or
+        """Model `step` padded to its longest row, or, when it has decode rows, as a continuous
+        batcher runs it (sim/hf_continuous.py); stop after the first iteration ending at or
         after `until_s` seconds, or fail at the first iteration that does not fit."""
         if step.num_draft_tokens:
             raise ValueError("engine hf_static runs no speculative verify steps")
+        shape = mixed_shape(step)
+        if shape is not None:  # decode rows (and joiners): the paper's CCB on this engine
+            return execute_mixed(self, shape, step.num_iterations, until_s)
         rows = step.num_seqs
         prompt, context = max(step.num_new_tokens), max(step.num_context_tokens)
         oom_at = self.first_oom_iteration(rows, prompt, context, step.num_iterations)

@@ -32,7 +32,7 @@ METRICS: tuple[tuple[str, str], ...] = (  # (summary column, axis label)
     ("p99_e2e_s", "p99 latency (s)"),
 )
 TARGETS = ("Magnus", "Magnus-oracle")  # labels whose changes are tabulated
-BASELINES = ("VS", "VSQ", "CCB")  # labels compared against (the first one per rate)
+BASELINES = ("VS", "VSQ", "CCB", "CCB-HF")  # labels compared against (the first per rate)
 PRINTED = ["label", "rate", "request_throughput", "mean_e2e_s", "p99_e2e_s",
            "valid_token_throughput", "total_token_generated_throughput", "num_oom_events",
            "completed"]  # columns of the printed per-rate table
@@ -138,8 +138,9 @@ HEADLINE_METRICS: tuple[tuple[str, str], ...] = (  # (column, header) of the hea
     ("request_throughput", "request throughput"), ("valid_token_throughput", "token throughput"),
     ("mean_e2e_s", "mean latency"), ("p99_e2e_s", "p99 latency"))
 HEADLINE_PAIRS: tuple[tuple[str, str], ...] = (  # (target, baseline) rows
-    ("Magnus", "VS"), ("Magnus", "VSQ"), ("Magnus", "CCB"), ("ABP", "GLP"), ("Magnus", "ABP"),
-    ("Magnus-oracle", "VS"))
+    ("Magnus", "VS"), ("Magnus", "VSQ"), ("Magnus", "CCB"), ("Magnus", "CCB-HF"), ("ABP", "GLP"),
+    ("Magnus", "ABP"), ("Magnus-oracle", "VS"), ("Magnus-oracle", "CCB-HF"))
+SHOWN = {"CCB": "CCB (paged)", "CCB-HF": "CCB (HF)"}  # label -> name in the headline rows
 PAPER_ROWS: tuple[tuple[str, dict[str, str]], ...] = (  # the paper's, as far as known here
     ("**paper**: Magnus vs VS, VSQ, CCB", PAPER),
     ("**paper**: ABP vs GLP, Magnus vs ABP (Figs. 10-11)",
@@ -172,7 +173,7 @@ def headline_table(frame: pd.DataFrame) -> str:
         for metric, _ in HEADLINE_METRICS:
             c = [change(mine.loc[r, metric], theirs.loc[r, metric]) for r in rates]
             cells.append(f"{min(c):+.0f}% to {max(c):+.0f}%" if c else "n/a")
-        lines.append(f"| {target} vs {base} | " + " | ".join(cells) + " |")
+        lines.append(f"| {target} vs {SHOWN.get(base, base)} | " + " | ".join(cells) + " |")
     lines.append(f"\nRates (VS saturated): {', '.join(f'{r:g}' for r in rates)} req/s.")
     return "\n".join(lines)
 
