@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from experiments.report import TABLE_UNIT_NOTE, rate_text
+from experiments.report import TABLE_UNIT_NOTE, rate_text, seed_means
 from sim.class_metrics import PREFIX
 
 COUNT_KEY = ".num_requests"  # every class has it: names the classes
@@ -53,20 +53,15 @@ def format_class_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str])
                if any(f"{PREFIX}{n}.{c[1]}" in frame.columns for n in names)]
     keys = [f"{PREFIX}{n}.{c[1]}" for n in names for c in columns
             if f"{PREFIX}{n}.{c[1]}" in frame.columns]
-    grouped = frame.groupby(["label", "rate"], dropna=False, sort=False)[keys].mean()
     lines = []
-    for label in labels:
-        for (lab, rate), values in grouped.iterrows():
-            if lab != label:
+    for label, rate, values in seed_means(frame, keys, labels):
+        for name in names:
+            if pd.isna(values.get(f"{PREFIX}{name}.num_requests", math.nan)):
                 continue
-            for name in names:
-                if pd.isna(values.get(f"{PREFIX}{name}.num_requests", math.nan)):
-                    continue
-                cells = {head: _cell(values.get(f"{PREFIX}{name}.{key}"), fmt)
-                         for head, key, fmt in columns}
-                lines.append({"policy": label, "rate": rate_text(None if pd.isna(rate)
-                                                                 else rate),
-                              "class": name, **cells})
+            cells = {head: _cell(values.get(f"{PREFIX}{name}.{key}"), fmt)
+                     for head, key, fmt in columns}
+            lines.append({"policy": label, "rate": rate_text(None if pd.isna(rate) else rate),
+                          "class": name, **cells})
     return f"per class ({TABLE_UNIT_NOTE})\n" + pd.DataFrame(lines).to_string(index=False)
 
 

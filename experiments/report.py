@@ -7,7 +7,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import pandas as pd
 
@@ -139,18 +139,23 @@ def format_table(rows: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> st
         return "(no runs)"
     frame = pd.DataFrame(list(rows))
     columns = [c for c in TABLE_COLUMNS if c[1] in frame.columns]
-    keys = [key for _, key, _, _ in columns]
-    grouped = frame.groupby(["label", "rate"], dropna=False, sort=False)[keys].mean()
     lines = []
+    for label, rate, values in seed_means(frame, [key for _, key, _, _ in columns], labels):
+        cells = {head: _cell(values[key], scale, fmt) for head, key, scale, fmt in columns}
+        rate_cell = "trace" if pd.isna(rate) else f"{rate:g}"
+        lines.append({"policy": label, "rate": rate_cell, **cells})
+    return f"({TABLE_UNIT_NOTE})\n" + pd.DataFrame(lines).to_string(index=False)
+
+
+def seed_means(frame: pd.DataFrame, keys: Sequence[str],
+               labels: Sequence[str]) -> Iterator[tuple[str, Any, pd.Series]]:
+    """(policy label, rate, the `keys` averaged over seeds) for each label and rate, policies in
+    `labels` order, rates in run order."""
+    grouped = frame.groupby(["label", "rate"], dropna=False, sort=False)[list(keys)].mean()
     for label in labels:
         for (lab, rate), values in grouped.iterrows():
-            if lab != label:
-                continue
-            cells = {head: _cell(values[key], scale, fmt)
-                     for head, key, scale, fmt in columns}
-            rate_cell = "trace" if pd.isna(rate) else f"{rate:g}"
-            lines.append({"policy": label, "rate": rate_cell, **cells})
-    return f"({TABLE_UNIT_NOTE})\n" + pd.DataFrame(lines).to_string(index=False)
+            if lab == label:
+                yield label, rate, values
 
 
 def run_line(row: Mapping[str, Any], wall_s: float) -> str:

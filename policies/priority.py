@@ -209,12 +209,7 @@ class PriorityScheduling:
 
             if not self.grow_priority(s, r, n, now, unplan):
                 break  # r preempted itself: every other running request is better
-            if decode:
-                plan.decodes.append(r)
-            else:
-                plan.prefills.append(r)
-                plan.chunks.append(n)
-            plan.budget -= n
+            plan.schedule(r, n, decode)
             i += 1
 
 

@@ -78,6 +78,15 @@ class Plan:
     chunks: list[int]  # new tokens of each prefill, tokens
     preempted: bool = False  # a running request was preempted in this step
 
+    def schedule(self, r: Request, num_tokens: int, decode: bool) -> None:
+        """Give `r` `num_tokens` of the step's budget, as a decode or as a prefill chunk."""
+        if decode:
+            self.decodes.append(r)
+        else:
+            self.prefills.append(r)
+            self.chunks.append(num_tokens)
+        self.budget -= num_tokens
+
 
 @register_policy("vllm")
 class VllmV1Policy(PagedClasses, PagedPolicy):
@@ -107,12 +116,7 @@ class VllmV1Policy(PagedClasses, PagedPolicy):
             plan.preempted |= len(s.running) < before
             if not fits:
                 break  # r preempted itself: it was the last running request
-            if decode:
-                plan.decodes.append(r)
-            else:
-                plan.prefills.append(r)
-                plan.chunks.append(n)
-            plan.budget -= n
+            plan.schedule(r, n, decode)
 
     def admit_chunk(self, s: PagedInstance, instance_id: int, plan: Plan, now: float) -> bool:
         """Admit the head waiting request with blocks for its cached prefix and first chunk;

@@ -129,14 +129,8 @@ class TierExecutor(LinearExecutor):
         return InstanceInfo(instance_id, self.capacity, self.name, self.has_draft,
                             self.kv_bytes_per_token, 1)
 
-    def execute(self, step: Step, until_s: float = math.inf) -> StepResult:
-        times = self.iteration_times(step)
+    def iteration_times(self, step: Step) -> np.ndarray:
+        """LinearExecutor's times, the step's KV tier copies paid in its first iteration."""
+        times = super().iteration_times(step)
         times[0] += self.links.seconds(step)
-        ends = np.cumsum(times)
-        over = [i for i in range(1, step.num_iterations + 1)
-                if step.kv_tokens_after(i) > self.capacity]
-        if over:
-            i = over[0]
-            return StepResult(float(ends[i - 1]), ends[: i - 1], oom=True)
-        ends = truncate_ends(ends, until_s)
-        return StepResult(float(ends[-1]), ends)
+        return times

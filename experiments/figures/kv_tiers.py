@@ -12,7 +12,6 @@ and prints both tables.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -21,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.figures.page import FigurePage  # noqa: E402
+from experiments.figures.page import FigurePage, sweeps_run  # noqa: E402
 from experiments.plot import load_summary, save  # noqa: E402
 
 SWAP_RATIOS = (("mean_ttft_s", "mean TTFT, swap / recompute"),
@@ -136,10 +135,7 @@ def plot_tiers(df: pd.DataFrame) -> plt.Figure:
 
 def draw(results: list[Path], figures: Path) -> list[Path]:
     """The swap figure and the tier figure, from the sweeps that have been run."""
-    found = {folder.name: folder for folder in results if (folder / "summary.csv").is_file()}
-    for folder in results:
-        if folder.name not in found:
-            print(f"skipped {folder.name}: not run", file=sys.stderr)
+    found = sweeps_run(results)
     pd.set_option("display.width", 200)
     written: list[Path] = []
     if "kv_tiers_swap" in found:

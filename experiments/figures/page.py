@@ -7,6 +7,7 @@ Each page module of experiments/figures/ (one per docs/*.md page with figures) d
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -37,3 +38,12 @@ class FigurePage:
     def results_dirs(self, results: Path) -> list[Path]:
         """RESULTS/<config stem> for each config, where experiments.run writes it."""
         return [results / Path(config).stem for config in self.configs]
+
+
+def sweeps_run(results: list[Path]) -> dict[str, Path]:
+    """The result folders (by name) whose sweep has been run; the others are reported skipped."""
+    found = {folder.name: folder for folder in results if (folder / "summary.csv").is_file()}
+    for folder in results:
+        if folder.name not in found:
+            print(f"skipped {folder.name}: not run", file=sys.stderr)
+    return found

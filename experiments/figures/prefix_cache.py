@@ -8,7 +8,6 @@ prefix_sessions.png, prefix_affinity.png and prefix_pressure.png, and prints the
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -17,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.figures.page import FigurePage  # noqa: E402
+from experiments.figures.page import FigurePage, sweeps_run  # noqa: E402
 from experiments.plot import load_summary, plot_against_rate, save  # noqa: E402
 
 METRICS: tuple[tuple[str, str, float], ...] = (  # (summary column, axis label, scale)
@@ -74,10 +73,7 @@ def plot_pressure(frames: dict[str, pd.DataFrame]) -> plt.Figure:
 
 def draw(results: list[Path], figures: Path) -> list[Path]:
     """A figure per rate sweep, one for the pressure sweeps; sweeps not run are skipped."""
-    found = {folder.name: folder for folder in results if (folder / "summary.csv").is_file()}
-    for folder in results:
-        if folder.name not in found:
-            print(f"skipped {folder.name}: not run", file=sys.stderr)
+    found = sweeps_run(results)
     pd.set_option("display.width", 160)
     written: list[Path] = []
     for sweep, (stem, title) in RATE_SWEEPS.items():
