@@ -21,7 +21,8 @@ from sim.executor import Executor, Step, StepResult, info_of
 from sim.limits import resolve_max_model_len
 from sim.metrics import instance_frame, request_records, summarize
 from sim.recorder import Recorder
-from sim.request import Request, class_columns, requests_from_trace, trace_columns
+from sim.request import Request
+from sim.trace_rows import class_columns, requests_from_trace, trace_columns
 from sim.simulate import RunResult
 
 

@@ -1,6 +1,6 @@
 """A trace's requests built lazily: one `Request` when the arrival process reaches its row.
 
-`requests_from_trace` (sim/request.py) builds every request up front; a million-request trace
+`requests_from_trace` (sim/trace_rows.py) builds every request up front; a million-request trace
 then holds a million objects before the first step. `TraceRequests` keeps the trace's columns
 (`trace_columns`) and builds request `i` only when asked (`request_from_row`, the same values),
 so the engine holds only the requests in flight. `ListRequests` puts a built list behind the
@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Sequence, Union
 
-from sim.request import OPTIONAL, Request, request_from_row, trace_columns
+from sim.request import Request
+from sim.trace_rows import OPTIONAL, request_from_row, trace_columns
 
 if TYPE_CHECKING:
     import pandas as pd

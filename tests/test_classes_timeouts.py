@@ -14,7 +14,7 @@ from sim.errors import ConfigError
 from sim.executor import InstanceInfo
 from sim.metrics import request_records
 from sim.recorder import Recorder
-from sim.request import requests_from_trace
+from sim.trace_rows import requests_from_trace
 from tests.factories import LinearExecutor, make_trace, random_trace, with_block_ids
 from tests.test_engine import OneIterationExecutor
 from tests.test_properties import check_invariants

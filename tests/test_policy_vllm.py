@@ -17,7 +17,8 @@ from sim.engine import Simulation
 from sim.errors import ConfigError
 from sim.executor import InstanceInfo, Step, StepResult
 from sim.recorder import Recorder
-from sim.request import Request, RequestStatus, requests_from_trace
+from sim.request import Request, RequestStatus
+from sim.trace_rows import requests_from_trace
 from tests.factories import LinearExecutor, make_trace, random_trace
 from tests.test_properties import check_invariants
 

@@ -252,7 +252,7 @@ def test_block_tokens_column_is_validated():
 
 def test_mooncake_loader_sets_512_token_granules(tmp_path):
     from traces.mooncake import load_mooncake
-    from sim.request import requests_from_trace
+    from sim.trace_rows import requests_from_trace
 
     path = tmp_path / "m.jsonl"
     path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 3, '

@@ -15,7 +15,7 @@ from sim.engine import Simulation
 from sim.metrics import ITL_PERCENTILES, itl_summary, request_records
 from sim.record_log import RecordLog, compact
 from sim.recorder import GapLog, Recorder
-from sim.request import requests_from_trace
+from sim.trace_rows import requests_from_trace
 from sim.request_source import TraceRequests
 from sim.simulate import run_simulation
 from tests.factories import LinearExecutor
