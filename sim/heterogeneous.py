@@ -37,7 +37,7 @@ C = TypeVar("C", bound=GroupedCluster)  # the cluster type (ClusterSpec)
 
 # ClusterSpec fields an instance group may override
 INSTANCE_FIELDS: tuple[str, ...] = ("gpu", "tensor_parallel", "weight_dtype", "kv_dtype",
-                                    "gpu_memory_utilization")
+                                    "gpu_memory_utilization", "expert_parallel")
 
 
 def normalize_instances(groups: object, num_instances: int) -> tuple[tuple[dict, ...], int]:

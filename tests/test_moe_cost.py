@@ -153,3 +153,18 @@ def test_a_cluster_builds_moe_executors():
         n, 0, 0, n, n, n)[0] for n in (1, 16, 256)]) > 0)
     assert dep(ep=2).weight_bytes_per_gpu / GIB == pytest.approx(
         dep(ep=1).weight_bytes_per_gpu / GIB)
+
+
+def test_instance_groups_set_their_own_expert_parallelism():
+    from sim.cluster import ClusterSpec, build_executors
+    from sim.errors import ConfigError
+
+    spec = ClusterSpec(model="mixtral-8x7b", gpu="H100-80GB", tensor_parallel=2,
+                       instances=({"expert_parallel": 2}, {"tensor_parallel": 4, "count": 2}))
+    layouts = [(e.cost_model.deployment.tensor_parallel, e.cost_model.deployment.expert_parallel)
+               for e in build_executors(spec)]
+    assert layouts == [(2, 2), (4, 1), (4, 1)]
+    with pytest.raises(ConfigError) as err:
+        build_executors(ClusterSpec(model="mixtral-8x7b", gpu="H100-80GB", tensor_parallel=2,
+                                    instances=({"expert_parallel": 3},)))
+    assert err.value.field == "cluster.instances[0].expert_parallel"
