@@ -159,19 +159,18 @@ class RooflineCostModel:
         if num_iterations == 1:
             return np.array((first,))
         b = num_seqs  # later iterations: one new token per sequence, all sampled
-        ctx = np.arange(num_iterations - 1, dtype=np.int64) * b + (sum_context + num_tokens)
-        d_flops, d_bytes = self._dense_work(b, b)
-        dense = max(d_flops * self._inv_cd, d_bytes * self._inv_m)
-        attn = np.maximum(self._attn_fpp * (ctx + b) * self._inv_c,
-                          self._kv_bpt * (ctx + b) * self._inv_m)
-        rest = dense + self._dequant_s + attn + (self._ar_fixed_s + self._ar_spt * b)
-        if self._moe is not None:
-            rest += self._moe.a2a_s(b)
-        rest += self._step_s
-        rest += self._seq_s * b
         out = np.empty(num_iterations)
         out[0] = first
-        out[1:] = rest if b else self._step_s  # an empty batch only pays the overhead
+        if not b:
+            out[1:] = self._step_s  # an empty batch only pays the overhead
+            return out
+        ctx = np.arange(num_iterations - 1, dtype=np.int64) * b + (sum_context + num_tokens)
+        base, tail, _ = self._decode_terms(b)
+        rest = base + np.maximum(self._attn_fpp * (ctx + b) * self._inv_c,
+                                 self._kv_bpt * (ctx + b) * self._inv_m)
+        for t in tail:  # all-reduce, (all-to-all,) step and per-sequence overheads, in order
+            rest += t
+        out[1:] = rest
         return out
 
     def iteration_ends_from_sums(self, num_tokens: int, sum_context: int,

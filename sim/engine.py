@@ -183,17 +183,23 @@ class Simulation:
                               "gave up, and the workload has timeout_s: client timeouts run "
                               "with vllm, vllm_v0, sarathi and orca")
 
-        def retire(cancelled: list[Request], now: float) -> None:
-            for r in cancelled:
-                state.live.pop(r.request_id, None)
-                self.recorder.event(now, r.status.value, r.request_id,
-                                    f"{r.reason}: {r.reason_detail}")
-            if self.recorder.records is not None:
-                self.recorder.records.add(cancelled)
-            state.done(len(cancelled))
-            state.wake_all()
+        return Timeouts(self.env, self.policy, lambda cancelled, now: self._retire(
+            state, cancelled, now))
 
-        return Timeouts(self.env, self.policy, retire)
+    def _retire(self, state: _State, done: list[Request], now: float) -> None:
+        """Requests that reached a final state at `now` leave the system: recorded (an event
+        for each that did not finish), counted, and idle instances woken."""
+        rec, live = self.recorder, state.live
+        for r in done:
+            live.pop(r.request_id, None)
+            if r.status is not RequestStatus.FINISHED:  # failed, rejected or cancelled
+                rec.event(now, r.status.value, r.request_id, f"{r.reason}: {r.reason_detail}")
+        if done:
+            if rec.records is not None:
+                rec.records.add(done)
+            state.done(len(done))
+        if state.idle:
+            state.wake_all()
 
     def _sleep(self, instance_id: int, state: _State):
         """Idle until an arrival or a step end wakes the instance, or the policy's wake-up time."""
@@ -266,15 +272,5 @@ class Simulation:
                             result.oom, sched, gap, host)
             if timeouts is not None:  # requests whose clients gave up: cancelled now
                 done = timeouts.after_step(instance_id, done, env.now)
-            live = state.live
-            for r in done:
-                live.pop(r.request_id, None)
-                if r.status is not RequestStatus.FINISHED:  # failed (or rejected) while queued
-                    rec.event(now, r.status.value, r.request_id,
-                              f"{r.reason}: {r.reason_detail}")
-            if done:
-                if rec.records is not None:
-                    rec.records.add(done)
-                state.done(len(done))
-            if state.idle:
-                state.wake_all()
+            if done or state.idle:
+                self._retire(state, done, now)

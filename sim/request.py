@@ -187,22 +187,22 @@ class Request:
 
     def reject(self, now: float, detail: str, code: str = EXCEEDS_KV) -> None:
         """It can never be served: final, with a reason `code` and its `detail`."""
-        self.status = RequestStatus.REJECTED
-        self.finish_s = now
-        self.reason, self.reason_detail = code, detail
+        self._end(RequestStatus.REJECTED, now, code, detail)
 
     def fail(self, now: float, detail: str, code: str = OUT_OF_MEMORY) -> None:
         """It was given up while running: final, with a reason `code` and its `detail`."""
-        self.status = RequestStatus.FAILED
-        self.finish_s = now
-        self.reason, self.reason_detail = code, detail
+        self._end(RequestStatus.FAILED, now, code, detail)
 
     def cancel(self, now: float, detail: str, code: str = CLIENT_TIMEOUT) -> None:
         """Its client gave up while it was queued or between steps: final, with a reason
         `code` and its `detail`. The tokens it computed in this attempt were wasted work: they
         count as padding, as a failed request's do (docs/architecture.md, "Time and tokens")."""
         self.num_padding_tokens += self.num_computed_tokens
-        self.status = RequestStatus.CANCELLED
+        self._end(RequestStatus.CANCELLED, now, code, detail)
+
+    def _end(self, status: RequestStatus, now: float, code: str, detail: str) -> None:
+        """Final at `now` with `status` and why (reason code and detail)."""
+        self.status = status
         self.finish_s = now
         self.reason, self.reason_detail = code, detail
 

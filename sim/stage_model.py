@@ -239,12 +239,22 @@ class StageCostModel:
             out[1:] = self.params.cpu_step_s  # an empty batch only pays the overhead
             return out
         kv_after = np.arange(1, num_iterations, dtype=np.float64) * b + (sum_context + num_tokens)
-        base = self._layers_s(b, self._dec_fixed) + self.gpu_fixed_s(b, b)
-        gpu = base + (self._layers * self._decode_s_per_kv_token(b)) * kv_after
+        base, slope, host = self._decode_terms(b)
+        gpu = base + slope * kv_after
         if self._launch_floor:
             np.maximum(gpu, self._launch_floor, out=gpu)
-        out[1:] = gpu + self.host_s(b)
+        out[1:] = gpu + host
         return out
+
+    def _decode_terms(self, b: int) -> tuple[float, float, float]:
+        """A decode iteration of `b` sequences: its GPU seconds outside the KV-proportional
+        attention, seconds per KV token, host seconds. Cached per batch size."""
+        terms = self._decode_cache.get(b)
+        if terms is None:
+            terms = self._decode_cache[b] = (
+                self._layers_s(b, self._dec_fixed) + self.gpu_fixed_s(b, b),
+                self._layers * self._decode_s_per_kv_token(b), self.host_s(b))
+        return terms
 
     def iteration_ends_from_sums(self, num_tokens: int, sum_context: int,
                                  sum_new_x_context: int, sum_new_squared: int, num_seqs: int,
@@ -260,12 +270,7 @@ class StageCostModel:
             if num_iterations > 1 and first < until_s:  # an empty batch: overhead only
                 return ends_of(first, [self.params.cpu_step_s] * (num_iterations - 1), until_s)
             return ends
-        terms = self._decode_cache.get(b)
-        if terms is None:  # a decode iteration of b sequences: fixed seconds, s per KV token
-            terms = self._decode_cache[b] = (
-                self._layers_s(b, self._dec_fixed) + self.gpu_fixed_s(b, b),
-                self._layers * self._decode_s_per_kv_token(b), self.host_s(b))
-        base, slope, host = terms
+        base, slope, host = self._decode_terms(b)
         floor = self._launch_floor
         e, kv0, append = first, sum_context + num_tokens, ends.append
         for j in range(1, num_iterations):

@@ -75,6 +75,9 @@ def test_unknown_links_are_refused():
     with pytest.raises(ConfigError) as info:
         experiment_from_dict(experiment("vllm_v0", SWAP, {"kv_host_link": "pcie7"}), "x")
     assert info.value.field == "cluster.kv_host_link"
+    with pytest.raises(ConfigError) as info:
+        ClusterSpec(kv_remote_link="carrier_pigeon")
+    assert info.value.field == "cluster.kv_remote_link"
     spec = ClusterSpec(kv_host_link="pcie5_host", kv_remote_link="rdma_400g")
     assert build_executors(spec)[0].kv_links.host is LINKS["pcie5_host"]
 

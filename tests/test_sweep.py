@@ -136,7 +136,7 @@ real = sweep.simulate_run
 
 
 def gated(cfg, spec, on_done=None):  # runs at rate 4 wait (for a file that never appears)
-    give_up = time.monotonic() + 120  # so that a leaked worker ends some day
+    give_up = time.monotonic() + 1200  # so that a leaked worker ends some day (a hang guard)
     while spec.rate == 4 and time.monotonic() < give_up:
         time.sleep(0.05)
     return real(cfg, spec, on_done)
