@@ -61,6 +61,8 @@ class PrefixJumps:
         block (a later growth may evict it). None: nowhere."""
         if self.prefix is None:
             return None
+        if not any([r.block_ids for r in decodes]):  # no decode has content keys
+            return num_iterations
         bs, blocks = s.blocks.block_size, s.blocks
         when: dict = {}  # content key -> iterations completing it
         for r in decodes:

@@ -71,7 +71,7 @@ class PrefixCaching:
     def register(self, blocks: BlockManager, batch: list[Request]) -> None:
         """Cache the blocks of `batch` that became full and computed."""
         for r in batch:
-            keys = self.keys(r)
+            keys = self.keys(r) if r.block_ids else None  # no ids: no keys
             if keys:
                 blocks.cache_full_blocks(r.request_id, keys, r.num_computed_tokens)
 

@@ -103,6 +103,8 @@ class VllmV1Policy(PagedClasses, PagedPolicy):
     def schedule_running(self, s: PagedInstance, plan: Plan, now: float) -> None:
         """Give running requests, in admission order, their tokens and the blocks for them,
         preempting the most recently admitted while blocks are short."""
+        if self.decodes_fit(s, plan):
+            return
         i = 0
         while i < len(s.running) and plan.budget > 0:
             r = s.running[i]
@@ -117,6 +119,20 @@ class VllmV1Policy(PagedClasses, PagedPolicy):
             if not fits:
                 break  # r preempted itself: it was the last running request
             plan.schedule(r, n, decode)
+
+    def decodes_fit(self, s: PagedInstance, plan: Plan) -> bool:
+        """When every running request decodes and the budget and free blocks cover them all,
+        schedule them at once (what the loop in `schedule_running` gives: no preemption)."""
+        w, running = self.decode_width, s.running
+        if not running or len(running) * w > plan.budget or not all(
+                [r.num_computed_tokens and r.num_new_tokens == 1 for r in running]):
+            return False
+        if not s.blocks.grow_to([r.request_id for r in running],
+                                [r.num_computed_tokens + w for r in running]):
+            return False
+        plan.decodes.extend(running)
+        plan.budget -= len(running) * w
+        return True
 
     def admit_chunk(self, s: PagedInstance, instance_id: int, plan: Plan, now: float) -> bool:
         """Admit the head waiting request with blocks for its cached prefix and first chunk;

@@ -18,9 +18,10 @@ the manager behaves exactly as a plain free list; the simulator then counts bloc
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, deque
+from collections import OrderedDict, deque
 from typing import Hashable, Sequence
 
+from sim.block_checks import check_block_manager
 from sim.errors import ConfigError, check_positive
 
 BlockKey = Hashable  # a block's content key (sim.prefix_keys: (chained hash, end token))
@@ -175,25 +176,68 @@ class BlockManager:
         if need > self.num_free_blocks:
             raise OutOfBlocks(f"request {request_id} needs {need} blocks, "
                               f"{self.num_free_blocks} free")
-        if self._evictable and need > len(self._free):
-            new = self._take(need)
-        else:
-            new = [self._free.popleft() for _ in range(need)]
-        for b in new:
-            self._ref[b] = 1
-        self._tables[request_id].extend(new)
         self._tokens[request_id] += num_new_tokens
+        return self._give(request_id, need)
+
+    def _give(self, request_id: int, n: int) -> list[int]:
+        """Hand `n` free blocks (there are) to `request_id`'s table; returns them."""
+        free = self._free
+        if self._evictable and n > len(free):
+            new = self._take(n)
+        elif n == 1:  # a decode crossing into a new block
+            b = free.popleft()
+            self._ref[b] = 1
+            self._tables[request_id].append(b)
+            return [b]
+        else:
+            new = [free.popleft() for _ in range(n)]
+        ref = self._ref
+        for b in new:
+            ref[b] = 1
+        self._tables[request_id].extend(new)
         return new
 
     def append_all(self, request_ids: Sequence[int], num_new_tokens: int) -> None:
         """`append(r, num_new_tokens)` for every id in `request_ids`, in order, all or none:
         OutOfBlocks, with nothing changed, when the free blocks do not cover them all."""
-        need = sum(self.blocks_to_append(rid, num_new_tokens) for rid in request_ids)
-        if need > self.num_free_blocks:
-            raise OutOfBlocks(f"{len(request_ids)} requests need {need} blocks, "
-                              f"{self.num_free_blocks} free")
-        for rid in request_ids:
-            self.append(rid, num_new_tokens)
+        self.grow_to_held(request_ids, [self._tokens[rid] + num_new_tokens
+                                        for rid in request_ids], strict=True)
+
+    def grow_to(self, request_ids: Sequence[int], num_tokens: Sequence[int]) -> bool:
+        """Grow each held request to at least `num_tokens[i]` tokens, in order, all or none:
+        False, with nothing changed, when the free blocks do not cover them all."""
+        return self.grow_to_held(request_ids, num_tokens) is not None
+
+    def grow_to_held(self, request_ids: Sequence[int], num_tokens: Sequence[int],
+                     strict: bool = False) -> list[int] | None:
+        """`grow_to`, returning the tokens each request holds after it (None, or OutOfBlocks
+        when `strict`: nothing changed, the free blocks do not cover them all). Blocks are
+        taken request by request, as `append` one at a time takes them."""
+        tokens, tables, bs = self._tokens, self._tables, self.block_size
+        need = 0
+        after = []
+        for rid, t in zip(request_ids, num_tokens):
+            held = tokens[rid]
+            if t > held:
+                more = -(-t // bs) - len(tables[rid])
+                if more > 0:
+                    need += more
+                after.append(t)
+            else:
+                after.append(held)
+        if need > len(self._free) + len(self._evictable):
+            if strict:
+                raise OutOfBlocks(f"{len(after)} requests need {need} blocks, "
+                                  f"{self.num_free_blocks} free")
+            return None
+        for rid, t in zip(request_ids, after):
+            if need and t > tokens[rid]:
+                more = -(-t // bs) - len(tables[rid])
+                if more > 0:
+                    self._give(rid, more)
+                    need -= more
+            tokens[rid] = t
+        return after
 
     def free(self, request_id: int) -> int:
         """Release a request's blocks (finished or preempted), tail first; returns how many
@@ -293,34 +337,8 @@ class BlockManager:
         return 1
 
     def check(self) -> None:
-        """Assert the accounting and cache invariants (for tests)."""
-        refs = Counter(b for t in self._tables.values() for b in t)
-        free = set(self._free) | set(self._evictable)
-        assert len(refs) + len(free) == self.num_total_blocks, "blocks leaked"
-        assert len(free) == len(self._free) + len(self._evictable), "a block listed free twice"
-        assert not set(refs) & free, "a block is both owned and free"
-        for b in range(self.num_total_blocks):
-            assert self._ref[b] == refs.get(b, 0), f"block {b}: ref count off"
-        for rid, table in self._tables.items():
-            assert len(table) == self.blocks_for(self._tokens[rid]), f"table of {rid} off"
-            assert len(set(table)) == len(table), f"table of {rid} repeats a block"
-        assert len(self._cached) == len(self._key_of), "a key maps to two blocks"
-        for b, key in self._key_of.items():
-            assert self._cached[key] == b, f"block {b}: key maps elsewhere"
-        assert not set(self._free) & set(self._key_of), "a never-keyed free block has a key"
-        for b, key in self._evictable.items():
-            assert self._key_of.get(b) == key, f"evictable block {b} lost its key"
-        self._check_holders(refs)
-
-    def _check_holders(self, refs: Counter) -> None:
-        held = {b for b in self._key_of if refs.get(b)}
-        assert set(self._holders) == held, "holders tracked for the wrong blocks"
-        for b in held:
-            who = {rid for rid, t in self._tables.items() if b in t}
-            assert self._holders[b] == who, f"block {b}: holders off"
-        assert self._multi == {b for b, n in refs.items() if n > 1}, "shared blocks off"
-        assert not self._multi - set(self._key_of), "an unkeyed block is shared"
-        assert self._num_extra_refs == sum(n - 1 for n in refs.values()), "extra refs off"
+        """Assert the accounting and cache invariants (for tests; sim/block_checks.py)."""
+        check_block_manager(self)
 
     def trim(self, request_id: int, num_tokens: int) -> int:
         """Drop a request's last `num_tokens` tokens (e.g. rejected speculative slots): blocks
