@@ -9,14 +9,16 @@ Prints figures, asserts nothing about speed.
 
     python benchmarks/scale.py [--sizes 10000,100000,1000000]
         [--policies vllm_v0,vllm,sarathi,orca] [--cost-model roofline] [--rate 2] [--seed 0]
-        [--in-memory]
+        [--in-memory] [--compiled]
 
 The cost model is always named (`cluster.cost_model: {kind: roofline}` by default), so the
 figures do not move when the default kind changes. `vllm_v0` (vLLM's v0 scheduler) resolves to the
 registered name `vllm_v0`, else to `vllm` (the name it had before the rename); `vllm` is
 today's V1 scheduler (prefix caching on, as V1 defaults), timed only in trees that have both.
 To time another tree, set PYTHONPATH to it: the script then imports `sim`, `policies`, `traces`
-from there.
+from there. `--compiled` times the compiled hot modules (sim/compiled.py): it builds them first
+(`scripts/compile.py`, into .compiled) when they are missing or stale, and runs every child with
+SERVESIM_COMPILED=1; the header says whether they ran.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class Figures:
     completed: int  # requests finished
     num_steps: int  # Steps executed
     sim_root: str  # directory the `sim` package was imported from
+    compiled: bool = False  # the compiled hot modules ran (SERVESIM_COMPILED)
 
 
 def cost_model_options(kind: str) -> dict:
@@ -123,8 +126,29 @@ def child(policy: str, size: int, rate: float, seed: int, cost_model: str, t_sta
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
     fig = Figures(policy, resolved, size, wall, time.perf_counter() - t_start, rss,
                   int(res.summary["completed"]), num_steps,
-                  str(Path(sim.__file__).resolve().parents[1]))
+                  str(Path(sim.__file__).resolve().parents[1]), compiled_active())
     print(json.dumps(fig.__dict__))
+
+
+def compiled_active() -> bool:
+    """Whether this process runs the compiled hot modules (False in trees without them)."""
+    try:
+        from sim.compiled import is_active
+    except ImportError:
+        return False
+    return is_active()
+
+
+def ensure_compiled() -> None:
+    """Build the compiled hot modules into .compiled unless a current build is there."""
+    from sim.compiled import DEFAULT_DIR, CompiledBuildError, check_build
+
+    try:
+        for package in ("sim", "policies"):
+            check_build(DEFAULT_DIR, package, ROOT / package)
+    except CompiledBuildError as why:
+        print(f"building the compiled hot modules ({why})", flush=True)
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "compile.py")], check=True)
 
 
 def run_child(policy: str, size: int, args: argparse.Namespace) -> Figures:
@@ -133,6 +157,7 @@ def run_child(policy: str, size: int, args: argparse.Namespace) -> Figures:
            "--rate", str(args.rate), "--seed", str(args.seed), "--cost-model", args.cost_model]
     cmd += ["--in-memory"] if args.in_memory else []
     env = dict(os.environ)
+    env["SERVESIM_COMPILED"] = "1" if args.compiled else "0"
     data = ROOT.parent / "shared" / "data"  # this checkout's traces, whichever tree is timed
     if "SIMSERVE_DATA_DIR" not in env and data.is_dir():
         env["SIMSERVE_DATA_DIR"] = str(data)
@@ -165,6 +190,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--in-memory", action="store_true",
                     help="keep the steps frame in memory (default: streamed to a temporary file)")
+    ap.add_argument("--compiled", action="store_true",
+                    help="time the compiled hot modules (built first when missing or stale)")
     ap.add_argument("--child", nargs=2, metavar=("POLICY", "SIZE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -172,6 +199,9 @@ def main() -> None:
               time.perf_counter(), args.in_memory)
         return
     sizes = [int(s) for s in args.sizes.split(",")]
+    os.environ.pop("SERVESIM_COMPILED", None)  # each child is told which modules to run
+    if args.compiled:
+        ensure_compiled()
     print(f"Llama-2-7B on 1 x A100-80GB; cost model {args.cost_model}; Poisson {args.rate:g} "
           f"req/s; batch cap {BATCH_CAP}; seed {args.seed}", flush=True)
     base: dict[str, float] = {}
@@ -179,7 +209,8 @@ def main() -> None:
         for size in sizes:
             f = run_child(policy, size, args)
             if not base:
-                print(f"sim imported from {f.sim_root}\n{HEADER}", flush=True)
+                print(f"sim imported from {f.sim_root}; compiled hot modules: "
+                      f"{'yes' if f.compiled else 'no'}\n{HEADER}", flush=True)
             if size == sizes[0]:
                 print(f"# {policy} runs as registered {f.resolved!r}", flush=True)
             print(row(f, base), flush=True)

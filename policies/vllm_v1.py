@@ -2,7 +2,7 @@
 
 Followed from vLLM's main branch (vllm-project/vllm, `vllm/v1/core/sched/scheduler.py` at
 00024d31, `vllm/config/scheduler.py` at 01230b40, `EngineArgs.get_batch_defaults` in
-`vllm/engine/arg_utils.py`); `vllm` stays the V0 scheduler. Per instance and step:
+`vllm/engine/arg_utils.py`); `vllm_v0` is the V0 scheduler. Per instance and step:
 
 - There is no prefill or decode phase: one token budget (`max_num_batched_tokens`) per step, and
   each scheduled request gets the tokens that let its computed tokens catch up with its known

@@ -1,1 +1,5 @@
 """Discrete-event simulator of LLM inference serving (no torch here)."""
+
+from sim.compiled import activate as _activate
+
+_activate(__name__, __path__)  # SERVESIM_COMPILED: the compiled hot modules (sim/compiled.py)

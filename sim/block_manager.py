@@ -244,7 +244,7 @@ class BlockManager:
         became free (cached ones stay cached, evictable)."""
         table = self._tables.pop(request_id, [])
         self._tokens.pop(request_id, None)
-        self._num_keyed.pop(request_id, None)
+        keyed = self._num_keyed.pop(request_id, None)
         freed = 0
         if not self.enable_caching:
             for b in reversed(table):
@@ -254,6 +254,15 @@ class BlockManager:
                     freed += 1
             return freed
         ref, holders, key_of, lru = self._ref, self._holders, self._key_of, self._evictable
+        k = len(table) if keyed is None else min(keyed, len(table))
+        if k < len(table):  # blocks past those looked at for keys: never keyed, never shared
+            tail = table[k:]
+            for b in tail:
+                ref[b] = 0
+            tail.reverse()
+            self._free.extend(tail)
+            freed = len(tail)
+            del table[k:]
         for b in reversed(table):
             if ref[b] > 1:
                 freed += self._release(b, request_id)
