@@ -29,13 +29,17 @@ ENV = "SERVESIM_COMPILED"  # environment variable naming the build to use
 ROOT = Path(__file__).resolve().parents[1]  # the checkout holding sim/ and policies/
 DEFAULT_DIR = ROOT / ".compiled"  # where `scripts/compile.py` builds by default
 MANIFEST = "manifest.json"  # in the build directory: interpreter and source hashes
-MODULES = (  # the hot path of the paged, chunked and iteration-level policies
+MODULES = (  # the per-step path of the paged, chunked and iteration-level policies
     "sim.engine", "sim.request", "sim.executor", "sim.cost_executor", "sim.cost_model",
     "sim.run_ends", "sim.block_counter", "sim.block_manager", "sim.recorder",
     "sim.record_log", "sim.request_source", "sim.trace_rows", "sim.stage_model",
-    "policies.paged", "policies.paged_decode", "policies.paged_instance",
-    "policies.paged_prefix_jumps", "policies.prefix_caching", "policies.paged_classes",
-    "policies.vllm", "policies.vllm_v1", "policies.sarathi", "policies.orca",
+    "sim.stage_times", "sim.moe_cost", "sim.draft", "sim.overhead", "sim.timeouts",
+    "sim.admission", "sim.kv_tiers", "sim.kv_moves",
+    "policies.base", "policies.routing", "policies.paged", "policies.paged_decode",
+    "policies.paged_instance", "policies.paged_prefix_jumps", "policies.prefix_caching",
+    "policies.paged_classes", "policies.priority", "policies.speculative", "policies.swap",
+    "policies.swap_space", "policies.kv_tiers", "policies.vllm", "policies.vllm_v1",
+    "policies.sarathi", "policies.orca", "policies.disagg", "policies.disagg_pools",
 )
 
 
