@@ -225,7 +225,7 @@ class BlockManager:
                 after.append(t)
             else:
                 after.append(held)
-        if need > len(self._free) + len(self._evictable):
+        if need > self.num_free_blocks:
             if strict:
                 raise OutOfBlocks(f"{len(after)} requests need {need} blocks, "
                                   f"{self.num_free_blocks} free")
