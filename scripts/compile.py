@@ -59,6 +59,7 @@ def build(out: Path, jobs: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="servesim-compile-") as t:
         tmp = Path(t)
         staged = stage(tmp)
+        hashes = {name: source_hash(src) for name, src in staged}  # of what is compiled
         cwd = os.getcwd()
         os.chdir(tmp)  # module names follow the staged packages
         try:
@@ -82,9 +83,7 @@ def build(out: Path, jobs: int) -> dict:
                 shutil.copyfile(so, out / package / so.name)
     manifest = {"interpreter": interpreter_tag(), "cython": cython_version,
                 "compile_args": COMPILE_ARGS, "directives": DIRECTIVES,
-                "modules": {name: source_hash(ROOT / name.rpartition(".")[0]
-                                              / f"{name.rpartition('.')[2]}.py")
-                            for name in MODULES}}
+                "modules": hashes}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
@@ -94,8 +93,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=DEFAULT_DIR, help="build directory")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")
     args = ap.parse_args()
+    if args.jobs < 1:
+        ap.error(f"--jobs={args.jobs}: must be >= 1")
     t0 = time.perf_counter()
-    manifest = build(args.out.resolve(), max(1, args.jobs))
+    manifest = build(args.out.resolve(), args.jobs)
     print(f"compiled {len(manifest['modules'])} modules with Cython {manifest['cython']} into "
           f"{args.out} in {time.perf_counter() - t0:.0f} s; use them with SERVESIM_COMPILED="
           f"{'1' if args.out.resolve() == DEFAULT_DIR else args.out}")

@@ -59,6 +59,18 @@ def test_an_edited_source_makes_the_build_stale(tmp_path):
         check_build(build, "pkg", src)
 
 
+def test_a_value_naming_no_build_is_refused_with_the_path(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV, str(tmp_path / "yes"))
+    with pytest.raises(CompiledBuildError, match=r"SERVESIM_COMPILED: no compiled build in .*yes"):
+        activate("pkg", [str(tmp_path)])
+
+
+def test_compile_refuses_a_bad_jobs_value():
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "compile.py"), "--jobs", "0"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "--jobs=0: must be >= 1" in out.stderr
+
+
 def test_a_missing_or_foreign_build_is_refused(tmp_path):
     with pytest.raises(CompiledBuildError, match="manifest.json missing"):
         check_build(tmp_path / "nothing", "pkg", tmp_path)
