@@ -2,7 +2,7 @@
 
     python -m benchmarks.real_engine --model llama-2-7b --device cuda [--dtype bf16]
         [--batches 1 8 64] [--context 512] [--prefill-tokens 2048] [--reps 10] [--gpu H200]
-        [--weights DIR] [--out results/bench.json]
+        [--weights DIR] [--attention auto] [--no-cuda-graphs] [--out results/bench.json]
 
 Decode: a batch of requests with `--context` cached tokens (reserved, not computed) runs one
 Step of `--reps + 1` decode iterations; the median of the later iterations is the step time.
@@ -10,7 +10,9 @@ Prefill: one request of `--prefill-tokens` tokens, median of `--reps` runs, as t
 On a GPU each number is set against its physical bound (sim.hardware's peaks for the GPU):
 decode reads every weight and the batch's KV once per step (bytes / HBM bandwidth); prefill
 does 2 FLOPs per weight per token plus causal attention (FLOPs / peak tensor FLOP/s).
-The ratio bound / measured is the fraction of the hardware's peak the engine achieves.
+The ratio bound / measured is the fraction of the hardware's peak the engine achieves. The engine
+is the default one (paged attention, CUDA-graph decodes on a GPU); `--no-cuda-graphs` and
+`--attention sdpa` measure the eager engine against it.
 """
 
 from __future__ import annotations
@@ -85,9 +87,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     need = max(args.batches) * (args.context + args.reps + 2) + args.prefill_tokens + 1024
     kv = args.kv_tokens or (need if device.type == "cpu" else None)
     ex = TorchExecutor(args.model, str(device), args.dtype, kv_tokens=kv, weights=args.weights,
-                       attention=args.attention, num_threads=args.threads)
+                       attention=args.attention, num_threads=args.threads,
+                       cuda_graphs=args.cuda_graphs)
     out: dict[str, Any] = {"engine": ex.name, "attention_backend": ex.attention_backend,
-                           "context": args.context, "decode": [], "prefill": {}}
+                           "cuda_graphs": ex.cuda_graphs, "context": args.context,
+                           "decode": [], "prefill": {}}
     first_id = 1
     for b in args.batches:
         secs = decode_step_s(ex, b, args.context, args.reps, first_id)
@@ -109,7 +113,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def format_result(res: dict[str, Any]) -> str:
-    lines = [f"{res['engine']}, decode at {res['context']} cached tokens per request:"]
+    graphs = ", CUDA graphs" if res.get("cuda_graphs") else ""
+    lines = [f"{res['engine']}{graphs}, decode at {res['context']} cached tokens per request:"]
     for row in res["decode"]:
         frac = f", {row['fraction_of_bound']:.0%} of the HBM bound" if "bound_s" in row else ""
         lines.append(f"  batch {row['batch']:>4}: {row['step_s'] * 1e3:8.2f} ms/step, "
@@ -136,6 +141,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--kv-tokens", type=int, default=None)
     p.add_argument("--attention", default="auto")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
+                   help="run decode iterations eagerly (the launch-bound engine)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     return p.parse_args(argv)
 

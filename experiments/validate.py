@@ -10,14 +10,16 @@ real engine (`backend: real`, options under `real:`), plus a `validate:` section
       clip_output_tokens: 32       # cap each request's outputs; null: no cap
       profile: {quick: true, reps: 3}   # grid timed on the same engine before the runs
       calibration: null            # an existing calibration file instead (skips profiling)
-      kinds: [roofline, learned]   # calibrated models to validate
+      kinds: [roofline, learned, engine]   # calibrated models to validate
       all_policies: false          # also run every other registered policy (default params)
 
 For each policy the trace is replayed on the real engine (clock advanced by measured step times)
 and simulated with each calibrated model at the engine's KV capacity and block size. OUT (default
 results/validate/<name>/) gets profile.csv/.json, calibration.json (+ .learned.json),
-runs/<label>__{real,roofline,learned}/, metric_errors.csv, step_errors.csv, validation.json,
-step_scatter.png (simulated vs measured step time) and latency_cdf.png.
+runs/<label>__{real,roofline,learned,engine}/ (real runs also hold engine_steps.parquet: every
+Step as the engine ran it, for `python -m real.calibrate --steps`), metric_errors.csv,
+step_errors.csv, validation.json, step_scatter.png (simulated vs measured step time) and
+latency_cdf.png.
 """
 
 from __future__ import annotations
@@ -34,14 +36,14 @@ import pandas as pd
 
 from experiments.config import ExperimentConfig, PolicyEntry, experiment_from_dict
 from experiments.config_checks import mapping
-from experiments.outdir import ResultsWriteError
+from experiments.outdir import ResultsWriteError, writing
 from experiments.report import write_json, write_run
 from experiments.config_load import load_yaml_file
 from experiments.run import apply_overrides
 from experiments.workload import build_workload, load_base_trace
 from sim.errors import ConfigError, TraceError, check_positive
 
-KINDS = ("roofline", "learned")
+KINDS = ("roofline", "learned", "engine")
 
 
 @dataclass(frozen=True)
@@ -139,16 +141,19 @@ def validate_policy(entry: PolicyEntry, trace: pd.DataFrame, executor: Any, cali
     from sim.calibrated import load_calibrated_executor
 
     res: dict[str, Any] = {"metrics": [], "steps": [], "pairs": {}, "records": {}}
+    seen = tuple(executor.shapes.seen)  # shapes the engine had planned before this replay
     start = time.perf_counter()
     real = replay(trace, entry.name, entry.params, [executor], seed=seed)
     wall = time.perf_counter() - start
     step_log = list(executor.step_log or [])
-    write_run(out / "runs" / f"{entry.label}__real", real, {"policy": entry.name,
-              "params": entry.params, "engine": executor.name, "wall_s": wall})
+    run_dir = out / "runs" / f"{entry.label}__real"
+    write_run(run_dir, real, {"policy": entry.name, "params": entry.params,
+                              "engine": executor.name, "wall_s": wall})
+    write_engine_steps(run_dir, step_log)
     res["records"][(entry.label, "real")] = real.records
     for kind in opts.kinds:
         sim_ex = load_calibrated_executor(calibration, kind, executor.kv_capacity_tokens,
-                                          executor.block_size)
+                                          executor.block_size, seen_shapes=seen)
         sim = simulate(trace, entry.name, entry.params, [sim_ex], seed=seed,
                        max_model_len=executor.max_model_len)  # the engine's own limit
         write_run(out / "runs" / f"{entry.label}__{kind}", sim, {"policy": entry.name,
@@ -156,7 +161,7 @@ def validate_policy(entry: PolicyEntry, trace: pd.DataFrame, executor: Any, cali
         res["records"][(entry.label, kind)] = sim.records
         key = {"policy": entry.label, "kind": kind}
         res["metrics"] += [{**key, **row} for row in metric_errors(real.summary, sim.summary)]
-        pairs, meas_it, pred_it = same_shape_pairs(step_log, sim_ex.times)
+        pairs, meas_it, pred_it = same_shape_pairs(step_log, sim_ex.times, sim_ex.new_shape_s)
         res["pairs"][(entry.label, kind)] = pairs
         res["steps"] += [
             {**key, "match": "order", **step_errors_by_order(real.steps, sim.steps)},
@@ -165,6 +170,16 @@ def validate_policy(entry: PolicyEntry, trace: pd.DataFrame, executor: Any, cali
             {**key, "match": "same_shape_iteration", **abs_rel_stats(pred_it, meas_it)}]
     res["real_wall_s"] = wall
     return res
+
+
+def write_engine_steps(run_dir: Path, step_log: Sequence[Any]) -> None:
+    """The replay's Steps as the engine ran them (real/step_log.py), beside its steps.parquet."""
+    from real.step_log import ENGINE_STEPS, StepSample, samples_frame
+
+    samples = [StepSample(e.step, len(e.iteration_ends_s), e.duration_s, e.iteration_ends_s,
+                          e.new_shapes, run_dir.name) for e in step_log]
+    with writing(run_dir / ENGINE_STEPS):
+        samples_frame(samples).to_parquet(run_dir / ENGINE_STEPS, index=False)
 
 
 def run_validation(cfg: ExperimentConfig, opts: ValidateOptions, out: Path,

@@ -1,10 +1,14 @@
 """Attention over the paged KV cache: per-iteration metadata and the kernels that read it.
 
-Three backends, fastest first (`select_backend`, reported as `TorchExecutor.attention_backend`):
+Four backends, the default first where it runs (`resolve_backend_name`, reported as
+`TorchExecutor.attention_backend`):
+  paged         paged decode (split-KV) and prefill kernels reading K/V through the block table,
+                no padding (`real/attn_paged.py`; Triton on CUDA, capturable in CUDA graphs;
+                the torch references elsewhere): the default on CUDA;
   flash_attn    the flash-attn package's `flash_attn_varlen_func` (CUDA, fp16/bf16);
   torch_varlen  PyTorch's own flash kernel, `torch.nn.attention.varlen.varlen_attn` (CUDA);
   sdpa          `scaled_dot_product_attention`: all 1-token chunks (decodes) in one padded call,
-                each longer chunk (prefill) in its own causal call (the only path on CPU).
+                each longer chunk (prefill) in its own causal call: the default on CPU.
 The varlen kernels read K/V straight from the blocks (`paged`) when the block size is a multiple
 of 256 (flash-attn's page-size rule); otherwise each iteration gathers the batch's K/V into one
 ragged buffer first (`gathered`). Metadata is built once per iteration, before the layer loop, so
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -80,14 +84,15 @@ class AttentionMetadata:
 
 
 class AttentionBackend(Protocol):
-    """Builds one iteration's metadata, then attends for every layer."""
+    """Builds one iteration's metadata (any object with a `slot_mapping`), then attends for
+    every layer."""
 
     name: str  # reported as TorchExecutor.attention_backend
 
-    def build(self, layout: BatchLayout, device: torch.device) -> AttentionMetadata: ...
+    def build(self, layout: BatchLayout, device: torch.device) -> Any: ...
 
     def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                meta: AttentionMetadata) -> torch.Tensor: ...
+                meta: Any) -> torch.Tensor: ...
 
 
 def to_device(array: np.ndarray, device: torch.device, dtype: torch.dtype = torch.long
@@ -99,13 +104,6 @@ def to_device(array: np.ndarray, device: torch.device, dtype: torch.dtype = torc
     return t
 
 
-def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
-    """Store new keys / values [tokens, kv_heads, head_dim] at their slots."""
-    k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k)
-    v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v)
-
-
 def slot_mapping(layout: BatchLayout, device: torch.device) -> torch.Tensor:
     slots = [layout.slots(i, int(c), int(c + n))
              for i, (n, c) in enumerate(zip(layout.num_new, layout.num_context))]
@@ -113,14 +111,19 @@ def slot_mapping(layout: BatchLayout, device: torch.device) -> torch.Tensor:
 
 
 def available_backends(device: torch.device, dtype: torch.dtype) -> list[str]:
-    """Attention backends usable here, fastest first."""
+    """Attention backends usable here, the default first."""
+    from real.kernels.ops import triton_available
+
     names = []
+    if device.type == "cuda" and triton_available(device):
+        names.append("paged")
     if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16):
         if importlib.util.find_spec("flash_attn") is not None:
             names.append("flash_attn")
         if importlib.util.find_spec("torch.nn.attention.varlen") is not None:
             names.append("torch_varlen")
-    return names + ["sdpa"]
+    names.append("sdpa")
+    return names if device.type == "cuda" else names + ["paged"]  # CPU: torch references
 
 
 def default_block_size(backend: str) -> int:
@@ -129,7 +132,7 @@ def default_block_size(backend: str) -> int:
 
 
 def resolve_backend_name(requested: str, device: torch.device, dtype: torch.dtype) -> str:
-    """The backend `requested` names (`auto`: the fastest available), checked to be usable."""
+    """The backend `requested` names (`auto`: the default here), checked to be usable."""
     usable = available_backends(device, dtype)
     if requested == "auto":
         return usable[0]

@@ -1,15 +1,19 @@
 """Fit the simulator's cost models to a profile and save them as a calibration file.
 
     python -m real.calibrate PROFILE.csv [--model M] [--gpu G|measured] --out FILE.json
+        [--steps RUN_DIR [RUN_DIR ...]] [--folds 5]
     python -m real.calibrate [PROFILE.csv] --scheduling STEPS.parquet [...] --out FILE.json
 
-Writes FILE.json (the profiled deployment, the fitted `CostModelConfig`, fit errors) and
+Writes FILE.json (the profiled deployment, the fitted `CostModelConfig`, the fitted engine model
+`EngineTimeParams` (`real/calibrate_engine.py`), fit errors) and
 FILE.learned.json (the learned correction model as plain JSON trees: no pickle, so loading a
 shared calibration never runs code). The simulator loads it by name:
 `cluster.cost_model: {calibration: FILE.json, kind: roofline | learned}`. `--gpu` takes a
 `sim.hardware` GPU for the roofline's peaks, or `measured` (the default on CPU): the peaks
 measured when profiling. fp32 weights (CPU) are modelled as fp16 bytes; the fitted memory
-efficiency absorbs the factor. `--scheduling` fits the scheduler's measured host time per step
+efficiency absorbs the factor. `--steps` adds the steps real replays ran (run folders of
+`experiments.validate`, e.g. OUT/runs/orca__real) to the engine model's fit and reports each
+step's error from a fit that never saw it (`--folds`). `--scheduling` fits the scheduler's measured host time per step
 (`real/sched_fit.py`) into FILE.json's `scheduling_overhead` section (alone: added to FILE.json).
 """
 
@@ -73,8 +77,10 @@ def model_spec(model: str | None, meta: dict[str, Any]) -> ModelSpec:
 
 
 def calibrate(profile: pd.DataFrame, meta: dict[str, Any], model: ModelSpec, device: GPUSpec,
-              out: str | Path, learned: bool = True) -> dict[str, Any]:
-    """Fit both models, write FILE.json (+ FILE.learned.json); returns the JSON content."""
+              out: str | Path, learned: bool = True, steps: Sequence[str | Path] = (),
+              folds: int = 5) -> dict[str, Any]:
+    """Fit the models, write FILE.json (+ FILE.learned.json); returns the JSON content."""
+    from real.calibrate_engine import engine_section
     from real.fit import export_trees, fit_learned, fit_roofline
 
     out = Path(out)
@@ -89,6 +95,7 @@ def calibrate(profile: pd.DataFrame, meta: dict[str, Any], model: ModelSpec, dev
         "kv_capacity_tokens": int(meta.get("kv_capacity_tokens", 2**20)),
         "block_size": int(meta.get("block_size", 16)),
         "roofline": dataclasses.asdict(config), "learned": None,
+        "engine": engine_section(profile, meta, model, device, steps, folds),
         "fit": {"num_rows": len(profile), "roofline": roof_stats},
         "profile": {k: meta.get(k) for k in ("device", "device_name", "dtype",
                                              "attention_backend", "torch", "num_threads")}}
@@ -105,13 +112,14 @@ def calibrate(profile: pd.DataFrame, meta: dict[str, Any], model: ModelSpec, dev
 
 
 def calibrate_file(profile_path: str | Path, out: str | Path, model: str | None = None,
-                   gpu: str | None = None, learned: bool = True) -> dict[str, Any]:
+                   gpu: str | None = None, learned: bool = True,
+                   steps: Sequence[str | Path] = (), folds: int = 5) -> dict[str, Any]:
     """`calibrate` from a profile CSV path."""
     profile, meta = read_profile(profile_path)
     if gpu is None and meta.get("device", "cpu") != "cpu":
         gpu = meta.get("device_name")  # e.g. "NVIDIA H200" -> sim.hardware's H200
     return calibrate(profile, meta, model_spec(model, meta), device_spec(gpu, meta), out,
-                     learned)
+                     learned, steps, folds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,6 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--gpu", default=None, help="a sim.hardware GPU name, or measured")
     p.add_argument("--out", required=True, help="calibration JSON to write")
     p.add_argument("--no-learned", action="store_true", help="fit the roofline only")
+    p.add_argument("--steps", nargs="+", metavar="RUN_DIR", default=(), help="run folders of "
+                   "real replays (experiments.validate's OUT/runs/<policy>__real): fit the "
+                   "engine model on their steps too, and report held-out errors")
+    p.add_argument("--folds", type=int, default=5, help="folds of the held-out check over "
+                   "--steps (default 5; 0: none)")
     p.add_argument("--scheduling", nargs="+", metavar="STEPS", help="steps.parquet files of "
                    "(real) runs: fit the scheduling overhead to their policy_host_s")
     args = p.parse_args(argv)
@@ -130,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.profile is not None:
             data = calibrate_file(args.profile, args.out, args.model, args.gpu,
-                                  not args.no_learned)
+                                  not args.no_learned, args.steps, args.folds)
         if args.scheduling:
             from real.sched_fit import add_scheduling
             print(f"scheduling_overhead: {json.dumps(add_scheduling(args.out, args.scheduling))}")
@@ -140,12 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile is None:
         print(f"-> {args.out}")
         return 0
+    from real.calibrate_engine import format_engine_fit
+
     fit = data["fit"]
     print(f"roofline: {json.dumps(data['roofline'])}")
     for kind in ("roofline", "learned"):
         if kind in fit:
             print(f"{kind} fit on {fit['num_rows']} steps: " + ", ".join(
                 f"{k} {v:.3f}" for k, v in fit[kind].items()))
+    print("\n".join(format_engine_fit(data["engine"])))
     print(f"-> {args.out}")
     return 0
 

@@ -56,16 +56,19 @@ def step_errors_by_order(real_steps: pd.DataFrame, sim_steps: pd.DataFrame) -> d
     return stats
 
 
-def same_shape_pairs(step_log: Sequence[Any], time_model: Any) -> tuple[pd.DataFrame, np.ndarray,
-                                                                        np.ndarray]:
+def same_shape_pairs(step_log: Sequence[Any], time_model: Any, new_shape_s: float = 0.0
+                     ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """Measured vs predicted seconds of each logged real step (its completed iterations), and
-    the per-iteration measured and predicted seconds of all of them."""
+    the per-iteration measured and predicted seconds of all of them. `new_shape_s` charges the
+    attention shapes each iteration ran for the first time (`StepLog.new_shapes`)."""
     rows, meas_it, pred_it = [], [], []
     for entry in step_log:
         m = len(entry.iteration_ends_s)
         if m == 0 or entry.step.num_seqs == 0:
             continue
         pred = time_model.iteration_times(entry.step, m)
+        if new_shape_s:
+            pred = pred + new_shape_s * np.asarray(entry.new_shapes, dtype=np.float64)[:m]
         meas = np.diff(entry.iteration_ends_s, prepend=0.0)
         rows.append({"measured_s": float(entry.iteration_ends_s[-1]),
                      "predicted_s": float(pred.sum()), "num_iterations": m,

@@ -8,6 +8,10 @@ the id (traces carry no text), decoding is greedy and ignores EOS, so every requ
 exactly the tokens the policy asks for. A chunk with no context for a request that still holds
 KV (a preemption the policy recomputes) drops that KV first. An iteration that needs more KV
 blocks than are free ends the Step with `oom=True`, as the cost model's executor does.
+
+On CUDA the default is a serving engine's: the paged attention kernels (`real/attn_paged.py`)
+and the decode iteration captured in CUDA graphs per batch-size bucket (`real/cuda_graphs.py`);
+`cuda_graphs=False` or another attention backend runs every iteration eagerly.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from real.attention import default_block_size, resolve_backend_name
+from real.attention import AttentionBackend, default_block_size, resolve_backend_name
 from real.attn_backends import make_backend
+from real.cuda_graphs import DecodeGraphs
 from real.kv_cache import KVCacheOOM, PagedKVCache
 from real.memory import check_fits, dtype_name, num_kv_blocks, resolve_device, resolve_dtype
 from real.runner import ModelRunner
@@ -29,6 +34,7 @@ from real.spec import RealModelConfig, resolve_real_model
 from real.timing import CpuStepTimer, CudaStepTimer, make_timer
 from real.tokens import TokenStore
 from real.weights import build_model
+from sim.engine_shapes import ShapeCache, warmup_step
 from sim.executor import InstanceInfo, Step, StepResult
 
 log = logging.getLogger(__name__)
@@ -42,6 +48,7 @@ class StepLog:
     iteration_ends_s: np.ndarray  # seconds from the step start, completed iterations
     duration_s: float  # seconds the step took, time lost to an OOM included
     oom: bool  # the step ran out of KV blocks
+    new_shapes: np.ndarray  # attention shapes run for the first time, per completed iteration
 
 
 class TorchExecutor:
@@ -50,7 +57,8 @@ class TorchExecutor:
                  gpu_memory_utilization: float = 0.9, block_size: int | None = None,
                  weights: str | Path | None = None, seed: int = 0, attention: str = "auto",
                  warmup_iterations: int = 2, record_steps: bool = False,
-                 num_threads: int | None = None, cpu_clock: str = "wall") -> None:
+                 num_threads: int | None = None, cpu_clock: str = "wall",
+                 cuda_graphs: bool = True, max_graph_batch: int = 256) -> None:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.config = resolve_real_model(model)  # model shapes and constants
@@ -58,7 +66,7 @@ class TorchExecutor:
         self.dtype = resolve_dtype(dtype, self.device)  # weights, activations and KV dtype
         backend = resolve_backend_name(attention, self.device, self.dtype)
         self.block_size = block_size or default_block_size(backend)  # tokens per KV block
-        self.backend = make_backend(backend, self.block_size)  # attention kernel
+        self.backend = self._make_backend(backend)  # attention kernel
         check_fits(self.config, self.block_size, self.dtype, self.device, kv_tokens,
                    gpu_memory_utilization)  # before allocating: a model too big is a ConfigError
         self.model = build_model(self.config, self.device, self.dtype, weights, seed)
@@ -67,12 +75,42 @@ class TorchExecutor:
                                gpu_memory_utilization)
         self.cache = PagedKVCache(s.num_layers, blocks, self.block_size, s.num_kv_heads,
                                   s.head_dim, self.dtype, self.device)
+        # RoPE table: no request holds more tokens than the cache, nor than the model's context
+        self.model.setup_rope(self.device, max(s.max_position_embeddings,
+                                               self.cache.capacity_tokens) + 1)
         self.tokens = TokenStore(s.vocab_size, seed)  # token ids per request
-        self.runner = ModelRunner(self.model, self.cache, self.tokens, self.backend, self.device)
+        graphs = self._make_graphs(backend, cuda_graphs, max_graph_batch)
+        self.runner = ModelRunner(self.model, self.cache, self.tokens, self.backend, self.device,
+                                  graphs)
         self.step_log: list[StepLog] | None = [] if record_steps else None  # what ran, if asked
         self.cpu_clock = cpu_clock  # CPU timing: wall | thread (CPU time of this thread)
+        # attention shapes this engine has run (sdpa on CUDA plans a kernel per shape)
+        self.shapes = ShapeCache(self.block_size if backend == "sdpa"
+                                 and self.device.type == "cuda" else 0)
         log.info("%s: %d KV blocks of %d tokens", self.name, blocks, self.block_size)
         self.warm_up(warmup_iterations)
+        if graphs is not None and self.device.type == "cuda":
+            graphs.capture()  # after the warm-up: kernels compiled, allocator warm
+
+    def _make_backend(self, name: str) -> AttentionBackend:
+        s = self.config.spec
+        sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
+               if self.device.type == "cuda" else 1)
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        return make_backend(name, self.block_size, s.num_kv_heads, s.head_dim, elem, sms,
+                            s.max_position_embeddings)
+
+    def _make_graphs(self, backend: str, enabled: bool, max_batch: int) -> DecodeGraphs | None:
+        """Decode graphs for the paged backend on CUDA (captured after the warm-up)."""
+        if not (enabled and backend == "paged" and self.device.type == "cuda"):
+            return None
+        return DecodeGraphs(self.model, self.cache.kv, self.backend, self.device, max_batch,
+                            -(-self.cache.capacity_tokens // self.block_size))
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether decode iterations replay captured CUDA graphs."""
+        return self.runner.graphs is not None
 
     # ---- Executor interface ---------------------------------------------------------------
     @property
@@ -111,8 +149,10 @@ class TorchExecutor:
         ends = timer.ends()[:completed]
         duration = timer.now() if oom else (float(ends[-1]) if completed else 0.0)
         self.runner.commit()
+        new_shapes = self.shapes.new_per_iteration(step, completed)
+        self.shapes.record(step, completed)
         if self.step_log is not None:
-            self.step_log.append(StepLog(step, ends, duration, oom))
+            self.step_log.append(StepLog(step, ends, duration, oom, new_shapes))
         return StepResult(duration, ends, oom=oom)
 
     def _iterate(self, step: Step, until_s: float,
@@ -160,7 +200,8 @@ class TorchExecutor:
         self.cache.append_all((request_id,), np.array([num_tokens], dtype=np.int64))
 
     def reset(self) -> None:
-        """Forget every request: KV, token ids and the step log (the weights stay)."""
+        """Forget every request: KV, token ids and the step log (the weights, and the kernel
+        plans of the shapes run so far, stay)."""
         self.cache.reset()
         self.tokens.reset()
         self.runner.discard_pending()
@@ -172,12 +213,18 @@ class TorchExecutor:
         self.cache.check()
 
     def warm_up(self, iterations: int) -> None:
-        """Run prefill + decode iterations of throwaway requests (kernels, allocator, cuBLAS)."""
+        """Run prefill + decode iterations of throwaway requests (kernels, allocator, cuBLAS)
+        and, on CUDA, compile every variant of the paged decode kernel a batch can choose."""
         if iterations <= 0:
             return
-        prompt = max(1, min(64, self.kv_capacity_tokens // 4 - iterations))
-        ids = (-1, -2)
-        self.execute(Step(0, ids, (prompt, prompt), (0, 0), (True, True),
-                          num_iterations=iterations))
-        self.release(ids)
+        step = warmup_step(self.kv_capacity_tokens, iterations)
+        self.execute(step)
+        self.release(step.request_ids)
+        compile_kernels = getattr(self.backend, "compile_kernels", None)
+        if compile_kernels is not None and self.device.type == "cuda":
+            s = self.config.spec
+            q = torch.zeros(1, s.num_attention_heads, s.head_dim, device=self.device,
+                            dtype=self.dtype)
+            with torch.inference_mode():
+                compile_kernels(q, *self.cache.kv[0])
         self.reset()

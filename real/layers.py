@@ -1,7 +1,9 @@
-"""The Llama building blocks: RMSNorm, rotary position embeddings and the SwiGLU MLP.
+"""The Llama building blocks in plain torch: RMSNorm, rotary position embeddings, SwiGLU.
 
 Computations follow transformers' LlamaForCausalLM so that fp32 logits agree to rounding:
 RMSNorm in fp32, RoPE with `rotate_half` (non-interleaved halves) on cos / sin computed in fp32.
+The engine runs fused versions of them (`real/kernels/`); these are the definitions the fused
+ops are tested against, and `rope_inv_freq` gives the engine its RoPE frequencies.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from sim.errors import ConfigError, check_positive
 from sim.models import ModelSpec
 
 DTYPES = ("auto", "fp32", "fp16", "bf16")
-ATTENTION_BACKENDS = ("auto", "sdpa", "torch_varlen", "flash_attn")
+ATTENTION_BACKENDS = ("auto", "paged", "sdpa", "torch_varlen", "flash_attn")
 
 
 @dataclass(frozen=True)
@@ -27,13 +27,17 @@ class RealOptions:
     device: str = "auto"  # auto (cuda when available) | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | fp16 | bf16
     kv_tokens: int | None = None  # tokens of KV cache; None: from gpu_memory_utilization (GPU)
-    block_size: int | None = None  # tokens per KV block; None: 256 with paged flash, else 16
+    block_size: int | None = None  # tokens per KV block; None: 256 with the varlen kernels,
+    # else 16
     weights: str | None = None  # HF safetensors checkpoint folder; None: seeded random weights
     seed: int = 0  # seeds random weights and synthetic prompt token ids
-    attention: str = "auto"  # auto | sdpa | torch_varlen | flash_attn
+    attention: str = "auto"  # auto (paged on CUDA, sdpa on CPU) | paged | sdpa | torch_varlen
+    # | flash_attn
     warmup_iterations: int = 2  # warm-up forward passes before timing
     num_threads: int | None = None  # torch CPU threads; None: torch's default
     cpu_clock: str = "wall"  # CPU timing: wall | thread (this thread's CPU time, shared machines)
+    cuda_graphs: bool = True  # replay decode iterations from CUDA graphs (CUDA, paged attention)
+    max_graph_batch: int = 256  # requests: the largest decode batch captured in a graph
 
     def __post_init__(self) -> None:
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
@@ -52,6 +56,12 @@ class RealOptions:
             check_positive("real.num_threads", self.num_threads)
         if self.cpu_clock not in ("wall", "thread"):
             raise ConfigError("real.cpu_clock", self.cpu_clock, "wall or thread")
+        if not isinstance(self.cuda_graphs, bool):
+            raise ConfigError("real.cuda_graphs", self.cuda_graphs, "true or false")
+        if isinstance(self.max_graph_batch, bool) or not isinstance(self.max_graph_batch, int) \
+                or not 1 <= self.max_graph_batch <= 1024:
+            raise ConfigError("real.max_graph_batch", self.max_graph_batch,
+                              "an integer in [1, 1024]")
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> "RealOptions":
@@ -103,4 +113,5 @@ def build_real_executors(spec: Any) -> list:
                           gpu_memory_utilization=spec.gpu_memory_utilization,
                           block_size=opts.block_size, weights=opts.weights, seed=opts.seed,
                           attention=opts.attention, warmup_iterations=opts.warmup_iterations,
-                          num_threads=opts.num_threads, cpu_clock=opts.cpu_clock)]
+                          num_threads=opts.num_threads, cpu_clock=opts.cpu_clock,
+                          cuda_graphs=opts.cuda_graphs, max_graph_batch=opts.max_graph_batch)]

@@ -7,8 +7,9 @@ Shapes: prefills of one request and of padded batches, prefill chunks after cach
 decode batches x context lengths, and decodes mixed with a prefill chunk. Each shape runs as a
 Step through `TorchExecutor.execute` (the code path a replay runs); contexts are reserved in the
 KV cache without being computed. A row holds an iteration's features (`sim.calibrated.FEATURES`)
-and the median measured seconds over `--reps` runs after a warm-up run; decode shapes give two
-rows, the step's first iteration and its later ones. A sidecar PROFILE.json records the engine
+and the median measured seconds over `--reps` runs after a warm-up run (whose first iteration is
+kept as `seconds_first`, with the attention shapes it ran for the first time); decode shapes
+give two rows, the step's first iteration and its later ones. A sidecar PROFILE.json records the engine
 (model, device, dtype, attention backend, KV capacity, block size) and the device's measured
 matmul FLOP/s and copy bandwidth.
 """
@@ -28,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from sim.calibrated import FEATURES, step_features
+from sim.engine_time import step_iteration_features
 from sim.errors import check_positive
 from sim.executor import Step
 
@@ -69,56 +71,74 @@ def profile_grid(quick: bool, kv_capacity: int, max_len: int, block_size: int = 
             and max(n + c for n, c in s.chunks) <= max_len]
 
 
-def time_shape(executor: TorchExecutor, shape: Shape, first_id: int) -> np.ndarray:
-    """Seconds of each iteration of one run of a shape, on fresh requests. Decode shapes run
+def shape_step(shape: Shape, first_id: int) -> Step:
+    """The Step that times a shape on fresh requests `first_id`, ... Decode shapes run
     DECODE_ITERATIONS iterations: the first pays the step's host work, the later ones are the
     decode iterations a multi-iteration Step is made of."""
     iterations = DECODE_ITERATIONS if shape.kind == "decode" else 1
     ids = tuple(range(first_id, first_id + len(shape.chunks)))
-    for rid, (_, c) in zip(ids, shape.chunks):
+    return Step(0, ids, tuple(n for n, _ in shape.chunks), tuple(c for _, c in shape.chunks),
+                (True,) * len(ids), num_iterations=iterations)
+
+
+def time_shape(executor: TorchExecutor, shape: Shape, first_id: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of each iteration of one run of a shape, and the attention shapes each ran for
+    the first time on this engine (kernel plans built then)."""
+    step = shape_step(shape, first_id)
+    for rid, (_, c) in zip(step.request_ids, shape.chunks):
         if c:
             executor.reserve_placeholder(rid, c)
-    step = Step(0, ids, tuple(n for n, _ in shape.chunks), tuple(c for _, c in shape.chunks),
-                (True,) * len(ids), num_iterations=iterations)
+    new_shapes = executor.shapes.new_per_iteration(step, step.num_iterations)
     result = executor.execute(step)
-    executor.release(ids)
-    return np.diff(result.iteration_ends_s, prepend=0.0)
+    executor.release(step.request_ids)
+    return np.diff(result.iteration_ends_s, prepend=0.0), new_shapes
 
 
-def _row(kind: str, features: np.ndarray, secs: list[float], reps: int) -> dict[str, Any]:
-    return {"kind": kind, **dict(zip(FEATURES, features.tolist())),
+def _row(kind: str, features: np.ndarray, decode_kv: float, secs: list[float], reps: int,
+         first: tuple[float, float] | None) -> dict[str, Any]:
+    """A profile row: features, measured seconds (median / min / std over the timed passes),
+    and for first iterations the warm-up pass's seconds and first-run shapes."""
+    return {"kind": kind, **dict(zip(FEATURES, features.tolist())), "decode_kv": decode_kv,
             "seconds": float(np.median(secs)), "seconds_min": float(np.min(secs)),
-            "seconds_std": float(np.std(secs)), "reps": reps}
+            "seconds_std": float(np.std(secs)), "reps": reps,
+            "seconds_first": first[0] if first else float("nan"),
+            "new_shapes_first": first[1] if first else float("nan")}
 
 
 def profile_executor(executor: TorchExecutor, quick: bool = False, reps: int = 3
                      ) -> pd.DataFrame:
     """One row per shape (two for decodes: first and later iterations): its features, and the
     median / min / std of the measured seconds. The grid is timed in `reps` interleaved passes
-    after a warm-up pass, so a burst of load on the machine does not hit every run of a shape."""
+    after a warm-up pass, so a burst of load on the machine does not hit every run of a shape;
+    the warm-up pass is kept as `seconds_first` with the shapes it ran for the first time
+    (`new_shapes_first`), which measures what a first run of a shape costs the engine."""
     check_positive("reps", reps)
     executor.reset()
     shapes = profile_grid(quick, executor.kv_capacity_tokens,
                           executor.config.spec.max_position_embeddings, executor.block_size)
     runs: list[list[np.ndarray]] = [[] for _ in shapes]
+    first: list[tuple[float, float]] = []
     next_id = 1 << 40  # far from any trace's request ids
     for rep in range(reps + 1):
         for i, shape in enumerate(shapes):
-            times = time_shape(executor, shape, next_id)
+            times, new = time_shape(executor, shape, next_id)
             next_id += len(shape.chunks)
             if rep:
                 runs[i].append(times)
+            else:
+                first.append((float(times[0]), float(new[0])))
     rows = []
-    for shape, timed in zip(shapes, runs):
-        k = len(timed[0])
-        step = Step(0, tuple(range(len(shape.chunks))), tuple(n for n, _ in shape.chunks),
-                    tuple(c for _, c in shape.chunks), (True,) * len(shape.chunks),
-                    num_iterations=k)
+    for shape, timed, warm in zip(shapes, runs, first):
+        step = shape_step(shape, 0)
+        k = step.num_iterations
         feats = step_features(step)
-        rows.append(_row(shape.kind, feats[0], [float(t[0]) for t in timed], reps))
+        kv = step_iteration_features(step, k).kv_paged
+        rows.append(_row(shape.kind, feats[0], float(kv[0]), [float(t[0]) for t in timed],
+                         reps, warm))
         if k > 1:
-            rows.append(_row(f"{shape.kind}_later", feats[1],
-                             [float(np.median(t[1:])) for t in timed], reps))
+            rows.append(_row(f"{shape.kind}_later", feats[1], float(kv[1]),
+                             [float(np.median(t[1:])) for t in timed], reps, None))
     executor.reset()
     return pd.DataFrame(rows)
 

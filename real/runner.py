@@ -2,8 +2,10 @@
 the model, and greedy sampling.
 
 Host-side work (token ids, positions, block tables) is done in numpy before the layer loop and
-copied to the device asynchronously. Sampled tokens stay on the device: the next decode
-iteration feeds them back directly, and `commit` copies them to the host once per Step.
+copied to the device asynchronously. An iteration in which every request decodes one token
+replays a captured CUDA graph when the engine has them (`real/cuda_graphs.py`); any other runs
+eagerly. Sampled tokens stay on the device: the next decode iteration feeds them back directly,
+and `commit` copies them to the host once per Step.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 import torch
 
 from real.attention import AttentionBackend, BatchLayout, to_device
+from real.cuda_graphs import DecodeGraphs
 from real.kv_cache import PagedKVCache
 from real.model import LlamaForCausalLM
 from real.tokens import TokenStore
@@ -21,20 +24,29 @@ from real.tokens import TokenStore
 
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, cache: PagedKVCache, tokens: TokenStore,
-                 backend: AttentionBackend, device: torch.device) -> None:
+                 backend: AttentionBackend, device: torch.device,
+                 graphs: DecodeGraphs | None = None) -> None:
         self.model = model  # the decoder and lm_head
         self.cache = cache  # paged KV blocks and their tables
         self.tokens = tokens  # known token ids per request
         self.backend = backend  # attention kernel (real.attention)
         self.device = device  # where tensors live
+        self.graphs = graphs  # captured decode graphs (CUDA, paged backend), if any
+        self.graph_replay = True  # False: run the graphs' buffers eagerly (CPU tests)
         # sampled tokens not yet on the host: (request ids, positions, device tensor)
         self._pending: list[tuple[tuple[int, ...], np.ndarray, torch.Tensor]] = []
 
-    def _forward(self, request_ids: Sequence[int], num_new: np.ndarray, num_context: np.ndarray,
-                 input_ids: torch.Tensor | np.ndarray | None) -> torch.Tensor:
-        """Hidden states of every new token; allocates KV first (may raise KVCacheOOM)."""
+    def _layout(self, request_ids: Sequence[int], num_new: np.ndarray,
+                num_context: np.ndarray) -> BatchLayout:
+        """Grow the KV of the batch (may raise KVCacheOOM) and describe it."""
         tables = self.cache.append_all(tuple(request_ids), num_new)
-        layout = BatchLayout(num_new, num_context, tables, self.cache.block_size)
+        return BatchLayout(num_new, num_context, tables, self.cache.block_size)
+
+    def _forward(self, layout: BatchLayout, request_ids: Sequence[int],
+                 input_ids: torch.Tensor | np.ndarray | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden, residual) of every new token, run eagerly."""
+        num_new, num_context = layout.num_new, layout.num_context
         if input_ids is None:
             input_ids = self.tokens.get_batch(request_ids, num_context, num_context + num_new)
         if isinstance(input_ids, np.ndarray):
@@ -45,17 +57,28 @@ class ModelRunner:
         return self.model(input_ids, to_device(positions, self.device), self.cache.kv, meta,
                           self.backend)
 
+    def _graphable(self, num_new: np.ndarray) -> bool:
+        return (self.graphs is not None and bool(np.all(num_new == 1))
+                and self.graphs.bucket(len(num_new)) is not None)
+
     def step(self, request_ids: Sequence[int], num_new: np.ndarray, num_context: np.ndarray,
              samples: np.ndarray, prev_tokens: torch.Tensor | None = None) -> torch.Tensor | None:
         """One iteration; returns the greedy tokens of the sampling rows (on the device).
         `prev_tokens` feeds back the previous iteration's samples (every chunk one token)."""
-        hidden = self._forward(request_ids, num_new, num_context, prev_tokens)
-        if not samples.any():
-            return None
-        rows = np.cumsum(num_new) - 1
-        if not (len(rows) == len(hidden) and samples.all()):
-            hidden = hidden.index_select(0, to_device(rows[samples], self.device))
-        next_tokens = self.model.logits(hidden).argmax(dim=-1)
+        layout = self._layout(request_ids, num_new, num_context)
+        if self._graphable(num_new) and samples.all():
+            ids = prev_tokens if prev_tokens is not None else self.tokens.get_batch(
+                request_ids, num_context, num_context + num_new)
+            next_tokens = self.graphs.run(layout, ids, self.graph_replay)  # type: ignore[union-attr]
+        else:
+            hidden, residual = self._forward(layout, request_ids, prev_tokens)
+            if not samples.any():
+                return None
+            rows = np.cumsum(num_new) - 1
+            if not (len(rows) == len(hidden) and samples.all()):
+                index = to_device(rows[samples], self.device)
+                hidden, residual = hidden.index_select(0, index), residual.index_select(0, index)
+            next_tokens = self.model.logits(hidden, residual).argmax(dim=-1)
         sampled = tuple(r for r, s in zip(request_ids, samples.tolist()) if s)
         self._pending.append((sampled, (num_context + num_new)[samples], next_tokens))
         return next_tokens
@@ -63,9 +86,10 @@ class ModelRunner:
     def logits(self, request_ids: Sequence[int], num_new: Sequence[int],
                num_context: Sequence[int], input_ids: np.ndarray | None = None) -> torch.Tensor:
         """Logits [tokens, vocab] of every new token (tests and checks; nothing is sampled)."""
-        hidden = self._forward(request_ids, np.asarray(num_new, dtype=np.int64),
-                               np.asarray(num_context, dtype=np.int64), input_ids)
-        return self.model.logits(hidden)
+        layout = self._layout(request_ids, np.asarray(num_new, dtype=np.int64),
+                              np.asarray(num_context, dtype=np.int64))
+        hidden, residual = self._forward(layout, request_ids, input_ids)
+        return self.model.logits(hidden, residual)
 
     def commit(self) -> None:
         """Copy pending samples to the host (one device sync) and record them per request."""

@@ -5,7 +5,10 @@ dtypes, KV capacity and block size) and holds two fitted models of one iteration
   roofline  `sim.cost_model.CostModelConfig` efficiencies and overheads fitted by least squares;
   learned   gradient-boosted trees of log(measured / roofline) over step features (Vidur's
             idea of learning from profiles, here as a correction the roofline extrapolates),
-            stored as plain JSON arrays (`sim.learned_trees`): loading one executes nothing.
+            stored as plain JSON arrays (`sim.learned_trees`): loading one executes nothing;
+  engine    the engine's host work overlapped with its device work, plus what a new attention
+            shape costs it (`sim/engine_time.py`), fitted on the profile and on replayed steps:
+            the default when the file has it.
 A cluster config loads one by name: `cluster.cost_model: {calibration: FILE, kind: learned}`.
 `CalibratedExecutor` runs Steps with it and, unlike the plain cost model, runs out of KV memory
 at block granularity, as the real engine's paged cache does.
@@ -19,14 +22,15 @@ from typing import Any, Mapping, Protocol
 
 import numpy as np
 
-from sim.calibration_file import (WHERE, calibrated_roofline, learned_model, profiled_int,
-                                  read_calibration)
+from sim.calibration_file import (WHERE, calibrated_engine, calibrated_roofline, learned_model,
+                                  profiled_int, read_calibration)
 from sim.cost_model import RooflineCostModel
+from sim.engine_shapes import ShapeCache, ShapeKey
 from sim.errors import ConfigError, check_positive
 from sim.executor import Step, StepResult, modelled_result
 from sim.jsonfile import int_value
 
-KINDS = ("roofline", "learned")
+KINDS = ("roofline", "learned", "engine")
 OPTION_KEYS = ("calibration", "kind", "kv_capacity_tokens", "block_size")
 FEATURES = ("num_tokens", "num_seqs", "num_sampled", "num_prefill_seqs", "num_prefill_tokens",
             "sum_context", "sum_new_x_context", "sum_new_squared", "max_kv_len",
@@ -109,11 +113,14 @@ class CalibratedExecutor:
     """Runs Steps instantly with a calibrated time model; KV is paged in `block_size` blocks."""
 
     def __init__(self, times: TimeModel, kv_capacity_tokens: int, block_size: int = 1,
-                 name: str = "calibrated", max_model_len: int | None = None) -> None:
+                 name: str = "calibrated", max_model_len: int | None = None,
+                 shapes: ShapeCache | None = None, new_shape_s: float = 0.0) -> None:
         if block_size < 1 or kv_capacity_tokens < block_size:
             raise ConfigError("kv_capacity_tokens", kv_capacity_tokens,
                               f"must hold at least one block of {block_size} tokens")
         self.times = times  # iteration-time model
+        self.shapes = shapes  # attention shapes the modelled engine has run (engine kind)
+        self.new_shape_s = new_shape_s  # seconds a first run of an attention shape costs
         self.block_size = block_size  # tokens per KV block
         self.num_blocks = kv_capacity_tokens // block_size  # blocks in the cache
         self.name = name  # human label
@@ -145,41 +152,68 @@ class CalibratedExecutor:
     def execute(self, step: Step, until_s: float = math.inf) -> StepResult:
         """Model `step`; stop after the first iteration ending at or after `until_s` seconds."""
         oom_at = self._first_oom_iteration(step, step.num_iterations) if step.num_seqs else 0
-        ends = np.cumsum(self.times.iteration_times(step, oom_at or step.num_iterations))
-        return modelled_result(ends, until_s, oom_at)
+        k = oom_at or step.num_iterations
+        times = self.times.iteration_times(step, k)
+        if self.shapes is None or not self.new_shape_s:
+            return modelled_result(np.cumsum(times), until_s, oom_at)
+        result = modelled_result(np.cumsum(times + self.new_shape_s
+                                           * self.shapes.new_per_iteration(step, k)),
+                                 until_s, oom_at)
+        self.shapes.record(step, result.num_iterations)  # the iterations that ran
+        return result
 
 
 # ---- calibration files (read in sim/calibration_file.py: JSON data only) -------------------
-def load_calibrated_executor(path: str | Path, kind: str = "roofline",
+def default_kind(data: Mapping[str, Any]) -> str:
+    """The kind a calibration is used as when none is named: engine if fitted, else roofline."""
+    return "engine" if data.get("engine") else "roofline"
+
+
+def load_calibrated_executor(path: str | Path, kind: str | None = None,
                              kv_capacity_tokens: int | None = None,
                              block_size: int | None = None,
-                             where: str = WHERE) -> CalibratedExecutor:
+                             where: str = WHERE,
+                             seen_shapes: tuple[ShapeKey, ...] = ()) -> CalibratedExecutor:
     """An executor from a calibration file; capacity and block size default to the profiled
-    engine's. Nothing in the file is executed: a learned model is JSON trees."""
-    if not isinstance(kind, str) or kind not in KINDS:
+    engine's, the kind to `default_kind`. Nothing in the file is executed: a learned model is
+    JSON trees. `seen_shapes`: attention shapes the modelled engine has already run (engine)."""
+    if kind is not None and (not isinstance(kind, str) or kind not in KINDS):
         raise ConfigError("cluster.cost_model.kind", kind, f"one of {', '.join(KINDS)}")
     if not isinstance(path, (str, Path)):
         raise ConfigError(where, path, "must be the path of a calibration JSON file")
     data = read_calibration(path, where)
+    kind = kind or default_kind(data)
     roofline = calibrated_roofline(data, path, where)
     times: TimeModel = RooflineTimes(roofline)
+    shapes, new_shape_s = None, 0.0
     if kind == "learned":
         if not data.get("learned"):
             raise ConfigError("cluster.cost_model.kind", kind, f"{path} holds no learned model")
         times = LearnedTimes(times, learned_model(data, path, FEATURES, where))
+    elif kind == "engine":
+        if not data.get("engine"):
+            raise ConfigError("cluster.cost_model.kind", kind, f"{path} holds no engine model; "
+                              f"re-run python -m real.calibrate on its profile")
+        engine = calibrated_engine(data, path, where)
+        times, new_shape_s = engine, engine.params.new_shape_s
     if kv_capacity_tokens is None:
         kv_capacity_tokens = profiled_int(data, "kv_capacity_tokens", path, where)
     if block_size is None:
         block_size = profiled_int(data, "block_size", path, where, default=1)
+    if kind == "engine":
+        warmup = profiled_int(data["engine"], "warmup_iterations", path, f"{where}.engine",
+                              default=2)
+        shapes = ShapeCache.after_warmup(engine.params.shape_granularity, kv_capacity_tokens,
+                                         warmup, seen_shapes)
     deployment = roofline.deployment
     name = f"{deployment.model.name} on {deployment.gpu.name} (calibrated {kind})"
     return CalibratedExecutor(times, kv_capacity_tokens, block_size, name,
-                              deployment.model.max_position_embeddings)
+                              deployment.model.max_position_embeddings, shapes, new_shape_s)
 
 
 def build_calibrated_executors(options: Mapping[str, Any], num_instances: int) -> list:
     """Executors for `cluster.cost_model: {calibration: FILE, kind, kv_capacity_tokens,
-    block_size}`; one shared (stateless) executor per instance."""
+    block_size}`: one per instance (an engine model remembers the shapes its instance ran)."""
     for key in options:
         if key not in OPTION_KEYS:
             raise ConfigError(f"cluster.cost_model.{key}", options[key],
@@ -189,6 +223,6 @@ def build_calibrated_executors(options: Mapping[str, Any], num_instances: int) -
         if options.get(key) is not None:
             sizes[key] = int_value(options[key], f"cluster.cost_model.{key}")
             check_positive(f"cluster.cost_model.{key}", sizes[key])
-    ex = load_calibrated_executor(options["calibration"], options.get("kind", "roofline"),
-                                  sizes.get("kv_capacity_tokens"), sizes.get("block_size"))
-    return [ex] * num_instances
+    return [load_calibrated_executor(options["calibration"], options.get("kind"),
+                                     sizes.get("kv_capacity_tokens"), sizes.get("block_size"))
+            for _ in range(num_instances)]

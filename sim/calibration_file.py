@@ -1,7 +1,8 @@
 """Reading a calibration file (`python -m real.calibrate`): JSON data only, checked field by field.
 
 A calibration JSON holds the profiled deployment (`model`, `device`, dtypes, KV capacity, block
-size), the fitted `roofline` config and optionally a `learned` model: gradient-boosted trees as
+size), the fitted `roofline` config, optionally an `engine` section (`sim.engine_time`'s
+`EngineTimeParams`, fitted) and optionally a `learned` model: gradient-boosted trees as
 plain arrays (`sim.learned_trees`), embedded under `learned` or in a sibling `.learned.json`
 named by `learned.path`. That path must stay inside the calibration's own folder (no absolute
 path, no `..`, no symlink leading out). Pickles (`.joblib`, `.pkl`, ...) are never loaded: an
@@ -15,6 +16,7 @@ from pathlib import Path, PurePath
 from typing import Any, Mapping, Sequence
 
 from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+from sim.engine_time import EngineTimeModel, EngineTimeParams, EngineWork
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.jsonfile import int_value, read_json_object, section
@@ -65,6 +67,22 @@ def calibrated_roofline(data: Mapping[str, Any], path: str | Path = "<calibratio
     except ConfigError as err:
         raise ConfigError(f"{where}.{err.field}", err.value, f"{err.reason} (in {path})") from None
     return RooflineCostModel(deployment, config)
+
+
+def calibrated_engine(data: Mapping[str, Any], path: str | Path = "<calibration>",
+                      where: str = WHERE) -> EngineTimeModel:
+    """The fitted engine model (host and device work) of a calibration's deployment."""
+    model = _build(ModelSpec, section(data, "model", where, path, WHAT), f"{where}.model", path)
+    device = _build(GPUSpec, section(data, "device", where, path, WHAT), f"{where}.device", path)
+    engine = section(data, "engine", where, path, WHAT)
+    params = _build(EngineTimeParams, section(engine, "params", f"{where}.engine", path, WHAT),
+                    f"{where}.engine.params", path)
+    dtype = data.get("engine_dtype") or data.get("weight_dtype", "fp16")
+    try:
+        work = EngineWork.of(model, device, dtype)
+    except ConfigError as err:
+        raise ConfigError(f"{where}.{err.field}", err.value, f"{err.reason} (in {path})") from None
+    return EngineTimeModel(params, work)
 
 
 def profiled_int(data: Mapping[str, Any], key: str, path: str | Path, where: str = WHERE,

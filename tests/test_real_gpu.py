@@ -1,4 +1,7 @@
-"""The real engine on a CUDA GPU (skipped without one): kernels, timing, memory sizing."""
+"""The real engine on a CUDA GPU (skipped without one): kernels, CUDA graphs, timing, memory.
+
+Run by scripts/gpu_check.sh (`pytest -m gpu`), which puts the counts in its report.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ from real.attention import available_backends  # noqa: E402
 from real.executor import TorchExecutor  # noqa: E402
 from sim.executor import Step  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
 def mixed_logits(ex: TorchExecutor) -> torch.Tensor:
@@ -23,28 +27,56 @@ def mixed_logits(ex: TorchExecutor) -> torch.Tensor:
     return ex.runner.logits((1, 2, 3, 4), (64, 1, 1, 129), (300, 40, 700, 0), ids).float()
 
 
-def test_cuda_fp32_matches_cpu():
-    cpu = TorchExecutor("tiny", "cpu", "fp32", kv_tokens=4096, warmup_iterations=0)
-    gpu = TorchExecutor("tiny", "cuda", "fp32", kv_tokens=4096, warmup_iterations=0)
+def tiny(device: str, dtype: str, **kw) -> TorchExecutor:
+    return TorchExecutor("tiny", device, dtype, kv_tokens=kw.pop("kv_tokens", 4096),
+                         warmup_iterations=kw.pop("warmup_iterations", 0), **kw)
+
+
+def test_weights_are_the_same_bits_on_cuda_and_cpu():
+    cpu, gpu = tiny("cpu", "fp32"), tiny("cuda", "fp32", cuda_graphs=False)
+    for (name, a), b in zip(cpu.model.named_parameters(), gpu.model.parameters()):
+        assert torch.equal(a, b.cpu()), name
+
+
+@pytest.mark.parametrize("attention", ["paged", "sdpa"])
+def test_cuda_fp32_matches_cpu(attention):
+    cpu = tiny("cpu", "fp32")
+    gpu = tiny("cuda", "fp32", attention=attention, cuda_graphs=False)
     torch.testing.assert_close(mixed_logits(gpu).cpu(), mixed_logits(cpu), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("block_size", [16, 256])
-@pytest.mark.parametrize("backend", [b for b in ("flash_attn", "torch_varlen")
-                                     if b in available_backends(torch.device("cuda"),
-                                                                torch.bfloat16)])
-def test_varlen_kernels_match_sdpa(backend, block_size):
-    ref = TorchExecutor("tiny", "cuda", "bf16", kv_tokens=8192, attention="sdpa",
-                        block_size=block_size, warmup_iterations=0)
-    ex = TorchExecutor("tiny", "cuda", "bf16", kv_tokens=8192, attention=backend,
-                       block_size=block_size, warmup_iterations=0)
-    paged = "paged" if block_size % 256 == 0 else "gathered"
-    assert ex.attention_backend == f"{backend}({paged})"
+@pytest.mark.parametrize("backend", [b for b in ("paged", "flash_attn", "torch_varlen")
+                                     if torch.cuda.is_available()
+                                     and b in available_backends(torch.device("cuda"),
+                                                                 torch.bfloat16)])
+def test_kernels_match_sdpa_in_bf16(backend, block_size):
+    ref = tiny("cuda", "bf16", kv_tokens=8192, attention="sdpa", block_size=block_size)
+    ex = tiny("cuda", "bf16", kv_tokens=8192, attention=backend, block_size=block_size,
+              cuda_graphs=False)
     torch.testing.assert_close(mixed_logits(ex), mixed_logits(ref), atol=3e-2, rtol=3e-2)
 
 
+def test_the_default_cuda_engine_is_paged_with_graphs():
+    ex = tiny("cuda", "bf16", kv_tokens=8192)
+    assert ex.attention_backend == "paged" and ex.cuda_graphs
+
+
+def test_cuda_graph_decodes_equal_eager_decodes():
+    """fp32, three requests (a bucket of 4: one padding row), two Steps of decodes with
+    changing contexts: the graph replays produce the eager engine's tokens."""
+    runs = []
+    for graphs in (True, False):
+        ex = tiny("cuda", "fp32", kv_tokens=8192, cuda_graphs=graphs, warmup_iterations=2)
+        ex.execute(Step(0, (1, 2, 3), (37, 5, 90), (0, 0, 0), (True,) * 3, num_iterations=24))
+        ex.execute(Step(0, (1, 3), (1, 1), (61, 114), (True,) * 2, num_iterations=9))
+        runs.append([ex.tokens.get(r, 0, n) for r, n in ((1, 71), (2, 29), (3, 124))])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_cuda_timing_and_until():
-    ex = TorchExecutor("tiny", "cuda", kv_tokens=8192)
+    ex = tiny("cuda", "bf16", kv_tokens=8192, warmup_iterations=2)
     full = ex.execute(Step(0, (1, 2), (128, 64), (0, 0), (True, True), num_iterations=16))
     assert full.num_iterations == 16 and np.all(np.diff(full.iteration_ends_s) > 0)
     cut = ex.execute(Step(0, (1, 2), (1, 1), (143, 79), (True, True), num_iterations=16),
@@ -66,3 +98,51 @@ def test_llama2_7b_shapes_run_in_bf16():
     res = ex.execute(Step(0, (1, 2), (512, 300), (0, 0), (True, True), num_iterations=8))
     assert res.num_iterations == 8 and not res.oom
     assert ex.kv_capacity_tokens > 100_000  # a 7B model leaves most of a big GPU to KV
+
+
+@pytest.mark.parametrize("block_size,splits", [(16, 1), (16, 8), (256, 4)])
+def test_triton_kernels_match_their_references_at_llama3_shapes(block_size, splits):
+    """bf16, 32 query / 8 KV heads of 128, q/k/v as views of one fused qkv output, decodes
+    over different lengths (one a padding row) and prefill chunks after context."""
+    from real.kernels import ops, reference
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    dev, dt = torch.device("cuda"), torch.bfloat16
+
+    def rand(*shape):
+        return torch.randn(*shape, device=dev, dtype=dt, generator=gen)
+
+    per_row = 3000 // block_size + 1  # blocks the longest row needs
+    blocks = 4 * per_row + 8
+    kc, vc = rand(blocks, block_size, 8, 128), rand(blocks, block_size, 8, 128)
+    lens = torch.tensor([1, 700, 3000, 0], device=dev, dtype=torch.int32)
+    tables = torch.randperm(blocks, device=dev, generator=gen)[: 4 * per_row]
+    tables = tables.view(4, per_row).to(torch.int32)
+    qkv = rand(4, (32 + 16) * 128)
+    q = qkv[:, : 32 * 128].view(4, 32, 128)
+    index = torch.arange(4, device=dev)
+    got = ops.paged_decode_attention(q, kc, vc, tables, lens, index, 128 ** -0.5, splits)
+    want = reference.paged_decode_attention(q, kc, vc, tables, lens, index, 128 ** -0.5)
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    start = torch.tensor([0, 100], device=dev, dtype=torch.int32)
+    qlen = torch.tensor([100, 77], device=dev, dtype=torch.int32)
+    ctx = torch.tensor([0, 1500], device=dev, dtype=torch.int32)
+    qp = rand(177, 32, 128)
+    out_got, out_want = torch.zeros_like(qp), torch.zeros_like(qp)
+    ops.paged_prefill_attention(qp, kc, vc, tables[:2], start, qlen, ctx, 0.1, out_got)
+    reference.paged_prefill_attention(qp, kc, vc, tables[:2], start, qlen, ctx, 0.1, out_want)
+    torch.testing.assert_close(out_got, out_want, atol=2e-2, rtol=2e-2)
+
+
+def test_fused_small_ops_match_their_references_in_bf16():
+    from real.kernels import ops, reference
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    x, r = (torch.randn(37, 4096, device="cuda", generator=gen).bfloat16() for _ in range(2))
+    w = torch.rand(4096, device="cuda", generator=gen).bfloat16()
+    for got, want in zip(ops.fused_add_rms_norm(x, r, w, 1e-5),
+                         reference.fused_add_rms_norm(x, r, w, 1e-5)):
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    gu = torch.randn(37, 2 * 11008, device="cuda", generator=gen).bfloat16()
+    torch.testing.assert_close(ops.silu_and_mul(gu), reference.silu_and_mul(gu), atol=2e-2,
+                               rtol=2e-2)

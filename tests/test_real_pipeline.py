@@ -66,13 +66,22 @@ def test_profile_calibrate_validate_on_cpu(tmp_path, capsys):
     assert summary["num_requests"] == 200 and not summary["failures"]
     metrics = pd.read_csv(out / "metric_errors.csv")
     assert set(metrics["policy"]) == {"vanilla", "orca"}
-    assert set(metrics["kind"]) == {"roofline", "learned"}
+    assert set(metrics["kind"]) == {"roofline", "learned", "engine"}
     assert metrics["rel_error"].map(math.isfinite).all()
     steps = pd.read_csv(out / "step_errors.csv")
     assert (steps["n"] > 0).all() and steps["median_abs_rel_err"].map(math.isfinite).all()
     for label in ("vanilla", "orca"):
         real = pd.read_parquet(out / "runs" / f"{label}__real" / "records.parquet")
         assert (real["status"] == "finished").all() and len(real) == 200
+        engine_steps = pd.read_parquet(out / "runs" / f"{label}__real" / "engine_steps.parquet")
+        assert len(engine_steps) == len(pd.read_parquet(out / "runs" / f"{label}__real"
+                                                        / "steps.parquet"))
+    refit = tmp_path / "refit.json"  # the engine model refitted on the replays' steps
+    assert calibrate([str(prof), "--out", str(refit), "--no-learned", "--steps",
+                      str(out / "runs" / "vanilla__real"), str(out / "runs" / "orca__real"),
+                      "--folds", "3"]) == 0
+    held = json.loads(refit.read_text())["engine"]["fit"]["held_out"]
+    assert held["orca__real"]["n"] > 0 and math.isfinite(held["orca__real"]["p90_abs_rel_err"])
     print(report)  # the measured errors, for the log (pytest -s)
 
 

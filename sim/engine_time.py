@@ -1,0 +1,177 @@
+"""A real engine's iteration time: host work overlapped with device work (torch-free).
+
+An engine iteration is two streams of work. The host prepares inputs and launches kernels
+(`host`: a cost per iteration, per scheduled request, per extra prefill chunk, and once per
+Step); the device streams the weights or computes the dense matmuls, whichever takes longer,
+then attention (prefill FLOPs over each query's keys, decode KV bytes) and a floor of fixed
+kernel latencies (`device`). An eager engine launch-bound at small batches runs at the host's
+pace, a CUDA-graph engine at the device's; the iteration takes the smooth maximum
+`(host**p + device**p) ** (1 / p)`, with `p` fitted (`overlap`: 1 is host and device in series,
+a large p is full overlap). An engine whose kernels build a plan per attention shape (torch's
+sdpa backends, cuDNN) also pays `new_shape_s` the first time it runs each shape
+(`sim/engine_shapes.py` keeps the shapes it has run). Every term is physics of the engine and the
+GPU, fitted on a profile and on replayed steps (`real/fit_engine.py`), so it carries to shapes and
+schedules the profile never timed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from sim.errors import ConfigError, check_positive
+from sim.executor import Step
+from sim.hardware import GPUSpec
+from sim.models import ModelSpec
+
+DECODE_KV_MODES = ("paged", "padded")
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class EngineTimeParams:
+    """Fitted constants of one engine on one GPU."""
+
+    iteration_host_s: float = 0.0  # seconds of host work per iteration (inputs, launches)
+    per_seq_host_s: float = 0.0  # seconds of host work per scheduled request per iteration
+    per_chunk_host_s: float = 0.0  # seconds per prefill chunk beyond the first (own kernels)
+    step_host_s: float = 0.0  # seconds of host work once per Step (in its first iteration)
+    new_shape_s: float = 0.0  # seconds the first run of an attention shape costs (plans)
+    weight_efficiency: float = 0.85  # fraction of HBM bandwidth streaming the weights reaches
+    compute_efficiency: float = 0.6  # fraction of peak tensor FLOP/s the dense matmuls reach
+    attention_efficiency: float = 0.3  # fraction of peak tensor FLOP/s prefill attention reaches
+    kv_efficiency: float = 0.6  # fraction of HBM bandwidth decode attention's KV reads reach
+    device_floor_s: float = 0.0  # seconds of device time per iteration whatever its size
+    overlap: float = 8.0  # p of the smooth maximum of host and device time (1: in series)
+    decode_kv: str = "paged"  # paged: a decode row reads its own KV; padded: every decode row
+    # reads the batch's longest KV (a padded decode batch, as the sdpa backend runs it)
+    shape_granularity: int = 0  # tokens attention shapes are padded to (0: no per-shape cost)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f.name, value, "must be finite")
+        for name in ("iteration_host_s", "per_seq_host_s", "per_chunk_host_s", "step_host_s",
+                     "new_shape_s", "device_floor_s"):
+            check_positive(name, getattr(self, name), allow_zero=True)
+        for name in ("weight_efficiency", "compute_efficiency", "attention_efficiency",
+                     "kv_efficiency"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ConfigError(name, value, "must be a fraction in (0, 1]")
+        if not 1.0 <= self.overlap <= 64.0:
+            raise ConfigError("overlap", self.overlap, "must be in [1, 64]")
+        if self.decode_kv not in DECODE_KV_MODES:
+            raise ConfigError("decode_kv", self.decode_kv, f"one of {', '.join(DECODE_KV_MODES)}")
+        check_positive("shape_granularity", self.shape_granularity, allow_zero=True)
+
+
+@dataclass(frozen=True)
+class EngineWork:
+    """What one iteration moves and computes on the profiled deployment (one GPU)."""
+
+    weight_bytes: float  # bytes of weights an iteration streams (layers and lm_head)
+    flops_per_token: float  # dense matmul FLOPs per computed token
+    flops_per_sample: float  # lm_head FLOPs per sampled row
+    flops_per_pair: float  # attention FLOPs per (query, key) pair over all layers
+    kv_bytes_per_token: float  # bytes of K and V per cached token over all layers
+    hbm_bandwidth: float  # bytes/s
+    peak_flops: float  # tensor FLOP/s
+
+    @classmethod
+    def of(cls, model: ModelSpec, gpu: GPUSpec, dtype: str) -> "EngineWork":
+        if dtype not in DTYPE_BYTES:
+            raise ConfigError("engine_dtype", dtype, f"one of {', '.join(DTYPE_BYTES)}")
+        elem = DTYPE_BYTES[dtype]
+        dense = model.num_layers * model.num_dense_params_per_layer
+        head = model.hidden_size * model.vocab_size
+        return cls(weight_bytes=float(elem * (dense + head)), flops_per_token=2.0 * dense,
+                   flops_per_sample=2.0 * head,
+                   flops_per_pair=4.0 * model.num_layers * model.num_attention_heads
+                   * model.head_dim,
+                   kv_bytes_per_token=float(2 * model.num_layers * model.num_kv_heads
+                                            * model.head_dim * elem),
+                   hbm_bandwidth=gpu.hbm_bandwidth, peak_flops=gpu.peak_tensor_flops)
+
+
+@dataclass(frozen=True)
+class IterationFeatures:
+    """Per-iteration arrays (one entry per iteration) the time model reads."""
+
+    num_tokens: np.ndarray  # tokens computed
+    num_seqs: np.ndarray  # requests scheduled
+    num_sampled: np.ndarray  # rows that sample a token
+    num_prefill: np.ndarray  # rows computing more than one token (prefill chunks)
+    pairs: np.ndarray  # (query, key) pairs attention computes: sum n*c + n*(n+1)/2
+    kv_paged: np.ndarray  # KV tokens decode rows read, each its own
+    kv_padded: np.ndarray  # decode rows x the longest decode row's KV
+    first: np.ndarray  # 1.0 for a Step's first iteration
+
+
+def step_iteration_features(step: Step, num_iterations: int) -> IterationFeatures:
+    """Features of the first `num_iterations` iterations of `step` (later ones decode)."""
+    k = max(num_iterations, 1)
+    n = np.asarray(step.num_new_tokens, dtype=np.float64)
+    c = np.asarray(step.num_context_tokens, dtype=np.float64)
+    b = float(len(n))
+    kv = c + n
+    dec = n == 1
+    dec_max = kv[dec].max() if dec.any() else 0.0
+    j = np.arange(k, dtype=np.float64)
+    later = j[1:]  # iteration index; iteration j > 0 decodes every row at kv + j
+    total_kv = float(kv.sum())
+    top = float(kv.max()) if b else 0.0
+
+    def column(first: float, rest: np.ndarray | float) -> np.ndarray:
+        out = np.empty(k)
+        out[0] = first
+        out[1:] = rest
+        return out
+
+    return IterationFeatures(
+        num_tokens=column(float(n.sum()), b), num_seqs=np.full(k, b),
+        num_sampled=column(float(sum(step.samples)), b),
+        num_prefill=column(float((~dec).sum()), 0.0),
+        pairs=column(float((n * c).sum() + (n * (n + 1)).sum() / 2), total_kv + later * b),
+        kv_paged=column(float(kv[dec].sum()), total_kv + later * b),
+        kv_padded=column(float(dec.sum()) * dec_max, b * (top + later)),
+        first=column(1.0, 0.0))
+
+
+class EngineTimeModel:
+    """Iteration times of an engine from `EngineTimeParams` and the deployment's work."""
+
+    def __init__(self, params: EngineTimeParams, work: EngineWork) -> None:
+        self.params = params  # fitted constants
+        self.work = work  # bytes and FLOPs of the deployment
+
+    def device_s(self, f: IterationFeatures) -> np.ndarray:
+        p, w = self.params, self.work
+        stream = w.weight_bytes / (w.hbm_bandwidth * p.weight_efficiency)
+        dense = ((w.flops_per_token * f.num_tokens + w.flops_per_sample * f.num_sampled)
+                 / (w.peak_flops * p.compute_efficiency))
+        kv = f.kv_padded if p.decode_kv == "padded" else f.kv_paged
+        attention = (w.flops_per_pair * f.pairs / (w.peak_flops * p.attention_efficiency)
+                     + w.kv_bytes_per_token * kv / (w.hbm_bandwidth * p.kv_efficiency))
+        return np.maximum(stream, dense) + attention + p.device_floor_s
+
+    def host_s(self, f: IterationFeatures) -> np.ndarray:
+        p = self.params
+        return (p.iteration_host_s + p.per_seq_host_s * f.num_seqs
+                + p.per_chunk_host_s * np.maximum(f.num_prefill - 1.0, 0.0)
+                + p.step_host_s * f.first)
+
+    def times(self, f: IterationFeatures) -> np.ndarray:
+        """Seconds of each iteration (without first-run shape costs)."""
+        host, device = self.host_s(f), self.device_s(f)
+        p = self.params.overlap
+        if p == 1.0:
+            return host + device
+        top = np.maximum(np.maximum(host, device), 1e-300)
+        return top * ((host / top) ** p + (device / top) ** p) ** (1.0 / p)
+
+    def iteration_times(self, step: Step, num_iterations: int) -> np.ndarray:
+        return self.times(step_iteration_features(step, num_iterations))

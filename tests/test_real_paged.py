@@ -1,0 +1,93 @@
+"""The serving-engine path on CPU: paged attention, the CUDA-graph buffers run eagerly, and
+random weights that are the same bits on every device."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from real.cuda_graphs import DecodeGraphs, capture_sizes  # noqa: E402
+from real.executor import TorchExecutor  # noqa: E402
+from real.init_hash import hash_uniform_, hash_uniform_numpy  # noqa: E402
+from real.model import hf_parameter_views  # noqa: E402
+from real.weights import INIT_STD  # noqa: E402
+from sim.executor import Step  # noqa: E402
+
+ATOL = 2e-5  # fp32 rounding of two attention implementations
+
+
+def engine(attention: str, block_size: int = 16) -> TorchExecutor:
+    return TorchExecutor("tiny", "cpu", "fp32", kv_tokens=4096, attention=attention,
+                         block_size=block_size, warmup_iterations=0)
+
+
+def mixed(ex: TorchExecutor) -> torch.Tensor:
+    """Logits of a batch mixing a chunk after context, decodes over different contexts and a
+    fresh prompt (the shapes a chunked-prefill scheduler produces)."""
+    rng = np.random.default_rng(0)
+    ex.runner.logits((1, 2), (300, 40), (0, 0), rng.integers(0, 256, 340))
+    ex.runner.logits((3,), (70,), (0,), rng.integers(0, 256, 70))
+    return ex.runner.logits((1, 2, 3, 4), (64, 1, 1, 29), (300, 40, 70, 0),
+                            rng.integers(0, 256, 95))
+
+
+@pytest.mark.parametrize("block_size", [16, 256])
+def test_paged_backend_equals_sdpa(block_size):
+    paged = engine("paged", block_size)
+    assert paged.attention_backend == "paged"
+    torch.testing.assert_close(mixed(paged), mixed(engine("sdpa", block_size)), atol=ATOL,
+                               rtol=0)
+
+
+def graph_engine(max_batch: int) -> TorchExecutor:
+    """A CPU engine whose decode iterations go through the CUDA-graph buffers, run eagerly."""
+    ex = engine("paged")
+    ex.runner.graphs = DecodeGraphs(ex.model, ex.cache.kv, ex.backend, ex.device, max_batch,
+                                    4096 // 16)
+    ex.runner.graph_replay = False
+    return ex
+
+
+def test_graph_buffers_decode_the_same_tokens_as_eager_iterations():
+    """Three requests (a bucket of 4: one padding row) prefill, then decode 20 tokens in one
+    Step; the graph path's tokens and KV equal the eager engine's."""
+    step = Step(0, (1, 2, 3), (37, 5, 90), (0, 0, 0), (True,) * 3, num_iterations=20)
+    eager, graphs = engine("paged"), graph_engine(max_batch=8)
+    for ex in (eager, graphs):
+        ex.execute(step)
+    assert graphs.runner.graphs.bucket(3) == 4
+    for rid, n in zip((1, 2, 3), (37, 5, 90)):
+        np.testing.assert_array_equal(graphs.tokens.get(rid, 0, n + 20),
+                                      eager.tokens.get(rid, 0, n + 20))
+    torch.testing.assert_close(graphs.runner.logits((1, 2, 3), (1, 1, 1), (56, 24, 109)),
+                               eager.runner.logits((1, 2, 3), (1, 1, 1), (56, 24, 109)),
+                               atol=ATOL, rtol=0)
+
+
+def test_batches_beyond_the_largest_bucket_run_eagerly():
+    ex = graph_engine(max_batch=2)
+    step = Step(0, (1, 2, 3), (4, 4, 4), (0, 0, 0), (True,) * 3, num_iterations=3)
+    assert ex.execute(step).num_iterations == 3  # 3 rows > 2: eager decodes
+
+
+def test_capture_sizes_follow_vllm():
+    assert capture_sizes(64) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+    assert capture_sizes(3) == [1, 2, 3]
+
+
+def test_random_weights_are_the_hash_of_name_and_index_on_any_device():
+    """The same bits on CPU and CUDA: each tensor is a pure function of (seed, name, index);
+    numpy's uint64 arithmetic is the reference (tests/test_real_gpu.py runs it on CUDA)."""
+    ex = engine("sdpa")
+    views = hf_parameter_views(ex.model)
+    name = "model.layers.1.self_attn.k_proj.weight"  # a slice of the fused qkv weight
+    ref = hash_uniform_numpy(views[name].numel(), zlib.crc32(name.encode()), INIT_STD)
+    np.testing.assert_array_equal(views[name].numpy().ravel(), ref)
+    big = torch.empty(3 * (1 << 24) // 2 + 7)  # crosses a chunk boundary
+    hash_uniform_(big, 99, 0.02)
+    np.testing.assert_array_equal(big.numpy(), hash_uniform_numpy(big.numel(), 99, 0.02))
+    assert abs(float(big.std()) - 0.02) < 1e-4 and abs(float(big.mean())) < 1e-4
