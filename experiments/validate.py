@@ -177,7 +177,7 @@ def write_engine_steps(run_dir: Path, step_log: Sequence[Any]) -> None:
     from real.step_log import ENGINE_STEPS, StepSample, samples_frame
 
     samples = [StepSample(e.step, len(e.iteration_ends_s), e.duration_s, e.iteration_ends_s,
-                          e.new_shapes, run_dir.name) for e in step_log]
+                          e.new_shapes, run_dir.name, e.synced) for e in step_log]
     with writing(run_dir / ENGINE_STEPS):
         samples_frame(samples).to_parquet(run_dir / ENGINE_STEPS, index=False)
 

@@ -66,7 +66,10 @@ def same_shape_pairs(step_log: Sequence[Any], time_model: Any, new_shape_s: floa
         m = len(entry.iteration_ends_s)
         if m == 0 or entry.step.num_seqs == 0:
             continue
-        pred = time_model.iteration_times(entry.step, m)
+        if getattr(time_model, "sync_aware", False) and getattr(entry, "synced", False):
+            pred = time_model.iteration_times(entry.step, m, True)
+        else:
+            pred = time_model.iteration_times(entry.step, m)
         if new_shape_s:
             pred = pred + new_shape_s * np.asarray(entry.new_shapes, dtype=np.float64)[:m]
         meas = np.diff(entry.iteration_ends_s, prepend=0.0)

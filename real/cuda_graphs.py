@@ -58,6 +58,11 @@ class DecodeGraphs:
         self.next_tokens = torch.zeros(b, **zeros)  # greedy tokens written by the graph
         self.graphs: dict[int, Any] = {}  # bucket -> torch.cuda.CUDAGraph
 
+    @property
+    def captured(self) -> bool:
+        """Whether the graphs exist (`capture` ran)."""
+        return bool(self.graphs)
+
     def bucket(self, n: int) -> int | None:
         """The smallest bucket holding n rows, or None when n exceeds the largest."""
         for b in self.buckets:
@@ -82,18 +87,23 @@ class DecodeGraphs:
         self.lens.zero_()
         self.slots.fill_(-1)
         pool = torch.cuda.graph_pool_handle()
-        stream = torch.cuda.Stream(self.device)
         for b in sorted(self.buckets, reverse=True):
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):  # warm-up: compiles kernels, fills allocator caches
-                self._forward(b)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self._forward(b)
-            self.graphs[b] = graph
+            self.graphs[b] = self._capture_one(b, pool)
         torch.cuda.synchronize(self.device)
         log.info("captured %d decode graphs (batch %s)", len(self.graphs), self.buckets)
+
+    def _capture_one(self, b: int, pool: Any) -> Any:
+        """The graph of a b-row decode iteration, after one eager run on a side stream
+        (compiles kernels, fills the allocator's caches)."""
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            self._forward(b)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            self._forward(b)
+        return graph
 
     def _load(self, b: int, layout: BatchLayout, input_ids: torch.Tensor | np.ndarray) -> None:
         """Write the batch's rows (and padding up to b) into the static buffers: one pinned

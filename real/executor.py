@@ -49,6 +49,7 @@ class StepLog:
     duration_s: float  # seconds the step took, time lost to an OOM included
     oom: bool  # the step ran out of KV blocks
     new_shapes: np.ndarray  # attention shapes run for the first time, per completed iteration
+    synced: bool  # the host waited for each iteration's end (a finite until_s)
 
 
 class TorchExecutor:
@@ -152,7 +153,8 @@ class TorchExecutor:
         new_shapes = self.shapes.new_per_iteration(step, completed)
         self.shapes.record(step, completed)
         if self.step_log is not None:
-            self.step_log.append(StepLog(step, ends, duration, oom, new_shapes))
+            self.step_log.append(StepLog(step, ends, duration, oom, new_shapes,
+                                         until_s != math.inf))
         return StepResult(duration, ends, oom=oom)
 
     def _iterate(self, step: Step, until_s: float,

@@ -27,7 +27,7 @@ from sim.step_shape import shape_from_sums
 
 # fitted fields, the optimizer's variable for each, and its bounds
 HOST_MS = ("iteration_host_s", "per_seq_host_s", "per_chunk_host_s", "step_host_s",
-           "new_shape_s", "device_floor_s")  # fitted in milliseconds
+           "sync_host_s", "new_shape_s", "device_floor_s")  # fitted in milliseconds
 EFFICIENCIES = ("weight_efficiency", "compute_efficiency", "attention_efficiency",
                 "kv_efficiency")  # fitted as log10
 FIELDS = HOST_MS + EFFICIENCIES + ("overlap",)
@@ -63,7 +63,8 @@ def profile_features(profile: pd.DataFrame) -> IterationFeatures:
         num_tokens=t, num_seqs=cols["num_seqs"], num_sampled=cols["num_sampled"],
         num_prefill=cols["num_prefill_seqs"],
         pairs=cols["sum_new_x_context"] + (cols["sum_new_squared"] + t) / 2.0,
-        kv_paged=kv_paged, kv_padded=cols["decode_padded_kv"], first=cols["first_iteration"])
+        kv_paged=kv_paged, kv_padded=cols["decode_padded_kv"], first=cols["first_iteration"],
+        synced=cols["synced"] if "synced" in cols else np.zeros(len(profile)))
 
 
 def _concat(parts: Sequence[IterationFeatures]) -> IterationFeatures:
@@ -90,7 +91,7 @@ def fit_data(profile: pd.DataFrame | None, samples: Sequence[StepSample]) -> Fit
             shapes += profile.loc[first, "new_shapes_first"].astype(float).tolist()
             source += ["profile_first"] * int(first.sum())
     for s in samples:
-        parts.append(step_iteration_features(s.step, s.num_iterations))
+        parts.append(step_iteration_features(s.step, s.num_iterations, s.synced))
         measured.append(s.duration_s)
         lengths.append(max(s.num_iterations, 1))
         shapes.append(float(np.sum(s.new_shapes)))
@@ -125,7 +126,7 @@ def _starts(base: EngineTimeParams, floor_ms: float, shapes: bool) -> list[np.nd
     out = []
     for overlap in (2.0, 8.0):
         for eff in (-0.1, -0.6):
-            x = np.array([floor_ms * 0.5, 0.0, 0.0, 0.0, 40.0 if shapes else 0.0, 0.0,
+            x = np.array([floor_ms * 0.5, 0.0, 0.0, 0.0, 0.0, 40.0 if shapes else 0.0, 0.0,
                           eff, eff - 0.2, eff - 0.5, eff - 0.2, overlap])
             out.append(np.clip(x, LOWER + 1e-9, UPPER - 1e-9))
     return out
@@ -141,6 +142,8 @@ def fit_engine(data: FitData, work: EngineWork, base: EngineTimeParams
     has_shapes = base.shape_granularity > 0 and bool(np.any(data.new_shapes))
     if not has_shapes:  # nothing identifies the first-run cost
         upper[FIELDS.index("new_shape_s")] = 1e-9
+    if not np.any(data.features.synced):  # nor the gap after a waited-for iteration
+        upper[FIELDS.index("sync_host_s")] = 1e-9
     log_measured = np.log(data.measured)
 
     def residuals(x: np.ndarray) -> np.ndarray:

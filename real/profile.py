@@ -4,14 +4,17 @@
                            [--quick] [--reps 5] [--weights DIR] [--kv-tokens N]
 
 Shapes: prefills of one request and of padded batches, prefill chunks after cached context,
-decode batches x context lengths, and decodes mixed with a prefill chunk. Each shape runs as a
-Step through `TorchExecutor.execute` (the code path a replay runs); contexts are reserved in the
-KV cache without being computed. A row holds an iteration's features (`sim.calibrated.FEATURES`)
-and the median measured seconds over `--reps` runs after a warm-up run (whose first iteration is
-kept as `seconds_first`, with the attention shapes it ran for the first time); decode shapes
-give two rows, the step's first iteration and its later ones. A sidecar PROFILE.json records the engine
-(model, device, dtype, attention backend, KV capacity, block size) and the device's measured
-matmul FLOP/s and copy bandwidth.
+decode batches x context lengths, decodes mixed with a prefill chunk, and the shapes
+continuous-batching schedulers make: decodes over very different contexts, several prefill
+chunks after context beside decodes, and decodes the host waits for after every iteration (a
+Step that watches for arrivals). Each shape runs as a Step through `TorchExecutor.execute` (the
+code path a replay runs); contexts are reserved in the KV cache without being computed. A row
+holds an iteration's features (`sim.calibrated.FEATURES`, the decode rows' own KV `decode_kv`,
+`synced`) and the median measured seconds over `--reps` runs after a warm-up run (whose first
+iteration is kept as `seconds_first`, with the attention shapes it ran for the first time);
+decode shapes give two rows, the step's first iteration and its later ones. A sidecar
+PROFILE.json records the engine (model, device, dtype, attention backend, KV capacity, block
+size) and the device's matmul FLOP/s and copy bandwidth.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -38,13 +42,38 @@ if TYPE_CHECKING:
 
 CPU_KV_TOKENS = 65536  # default KV budget on CPU, tokens
 DECODE_ITERATIONS = 4  # iterations of each timed decode Step
+SYNC_NEVER_S = 1e9  # seconds: an until_s no step reaches, so the engine syncs every iteration
+
 
 @dataclass(frozen=True)
 class Shape:
     """One profiled step: a label and its (new tokens, context tokens) chunks."""
 
-    kind: str  # prefill | batch_prefill | chunked | decode | mixed
+    kind: str  # prefill | batch_prefill | chunked | decode | decode_synced | mixed | hetero
+    # | multi_chunk
     chunks: tuple[tuple[int, int], ...]  # (num_new_tokens, num_context_tokens) per request
+    synced: bool = False  # the host waits for each iteration's end (as a watched Step does)
+
+
+def _spread(count: int, low: int, high: int) -> tuple[int, ...]:
+    """`count` contexts spread evenly over [low, high] tokens (heterogeneous batches)."""
+    return tuple(int(x) for x in np.linspace(low, high, count))
+
+
+def _scheduler_shapes(quick: bool) -> list[Shape]:
+    """Shapes continuous-batching schedulers make: decodes over very different contexts, and
+    several prefill chunks after cached context beside decodes (chunked prefill)."""
+    hetero = ((8,), (2048,)) if quick else ((4, 16, 64), (512, 2048))
+    out = [Shape("hetero", tuple((1, c) for c in _spread(b, 16, top)))
+           for b, top in itertools.product(*hetero)]
+    chunks = ((2, 3), (64,)) if quick else ((2, 4), (64, 256))
+    for n, size in itertools.product(*chunks):
+        rows = tuple((size, c) for c in _spread(n, 0, 1024))
+        out.append(Shape("multi_chunk", rows + tuple((1, c) for c in _spread(8, 64, 1024))))
+    synced = ((1, 16), (128,)) if quick else ((1, 8, 64), (128, 2048))
+    out += [Shape("decode_synced", ((1, c),) * b, synced=True)
+            for b, c in itertools.product(*synced)]
+    return out
 
 
 def profile_grid(quick: bool, kv_capacity: int, max_len: int, block_size: int = 1
@@ -63,6 +92,7 @@ def profile_grid(quick: bool, kv_capacity: int, max_len: int, block_size: int = 
     shapes += [Shape("decode", ((1, c),) * b) for b, c in itertools.product(*decode)]
     shapes += [Shape("mixed", ((1, c),) * b + ((p, 0),))
                for b, c, p in itertools.product(*mixed)]
+    shapes += _scheduler_shapes(quick)
 
     def blocks(s: Shape) -> int:
         return sum(-(-(n + c + DECODE_ITERATIONS) // block_size) for n, c in s.chunks)
@@ -75,7 +105,7 @@ def shape_step(shape: Shape, first_id: int) -> Step:
     """The Step that times a shape on fresh requests `first_id`, ... Decode shapes run
     DECODE_ITERATIONS iterations: the first pays the step's host work, the later ones are the
     decode iterations a multi-iteration Step is made of."""
-    iterations = DECODE_ITERATIONS if shape.kind == "decode" else 1
+    iterations = DECODE_ITERATIONS if shape.kind.startswith("decode") else 1
     ids = tuple(range(first_id, first_id + len(shape.chunks)))
     return Step(0, ids, tuple(n for n, _ in shape.chunks), tuple(c for _, c in shape.chunks),
                 (True,) * len(ids), num_iterations=iterations)
@@ -90,16 +120,17 @@ def time_shape(executor: TorchExecutor, shape: Shape, first_id: int
         if c:
             executor.reserve_placeholder(rid, c)
     new_shapes = executor.shapes.new_per_iteration(step, step.num_iterations)
-    result = executor.execute(step)
+    result = executor.execute(step, until_s=SYNC_NEVER_S if shape.synced else math.inf)
     executor.release(step.request_ids)
     return np.diff(result.iteration_ends_s, prepend=0.0), new_shapes
 
 
-def _row(kind: str, features: np.ndarray, decode_kv: float, secs: list[float], reps: int,
-         first: tuple[float, float] | None) -> dict[str, Any]:
+def _row(kind: str, features: np.ndarray, decode_kv: float, synced: bool, secs: list[float],
+         reps: int, first: tuple[float, float] | None) -> dict[str, Any]:
     """A profile row: features, measured seconds (median / min / std over the timed passes),
     and for first iterations the warm-up pass's seconds and first-run shapes."""
     return {"kind": kind, **dict(zip(FEATURES, features.tolist())), "decode_kv": decode_kv,
+            "synced": float(synced),
             "seconds": float(np.median(secs)), "seconds_min": float(np.min(secs)),
             "seconds_std": float(np.std(secs)), "reps": reps,
             "seconds_first": first[0] if first else float("nan"),
@@ -134,10 +165,10 @@ def profile_executor(executor: TorchExecutor, quick: bool = False, reps: int = 3
         k = step.num_iterations
         feats = step_features(step)
         kv = step_iteration_features(step, k).kv_paged
-        rows.append(_row(shape.kind, feats[0], float(kv[0]), [float(t[0]) for t in timed],
-                         reps, warm))
+        rows.append(_row(shape.kind, feats[0], float(kv[0]), shape.synced,
+                         [float(t[0]) for t in timed], reps, warm))
         if k > 1:
-            rows.append(_row(f"{shape.kind}_later", feats[1], float(kv[1]),
+            rows.append(_row(f"{shape.kind}_later", feats[1], float(kv[1]), shape.synced,
                              [float(np.median(t[1:])) for t in timed], reps, None))
     executor.reset()
     return pd.DataFrame(rows)

@@ -58,8 +58,10 @@ class ModelRunner:
                           self.backend)
 
     def _graphable(self, num_new: np.ndarray) -> bool:
-        return (self.graphs is not None and bool(np.all(num_new == 1))
-                and self.graphs.bucket(len(num_new)) is not None)
+        """A pure-decode batch that fits a captured bucket (before the capture, e.g. during the
+        warm-up, every iteration runs eagerly)."""
+        return (self.graphs is not None and (self.graphs.captured or not self.graph_replay)
+                and bool(np.all(num_new == 1)) and self.graphs.bucket(len(num_new)) is not None)
 
     def step(self, request_ids: Sequence[int], num_new: np.ndarray, num_context: np.ndarray,
              samples: np.ndarray, prev_tokens: torch.Tensor | None = None) -> torch.Tensor | None:

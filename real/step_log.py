@@ -39,6 +39,7 @@ class StepSample:
     iteration_ends_s: np.ndarray | None  # seconds from the start, each completed iteration
     new_shapes: np.ndarray  # attention shapes run for the first time, per completed iteration
     run: str  # the run it came from (a label)
+    synced: bool = False  # the engine waited for each iteration's end (it watched arrivals)
 
 
 def samples_frame(samples: Sequence[StepSample]) -> pd.DataFrame:
@@ -54,7 +55,8 @@ def samples_frame(samples: Sequence[StepSample]) -> pd.DataFrame:
         "duration_s": [s.duration_s for s in samples],
         "iteration_ends_s": [[] if s.iteration_ends_s is None else s.iteration_ends_s.tolist()
                              for s in samples],
-        "new_shapes": [s.new_shapes.astype(int).tolist() for s in samples]})
+        "new_shapes": [s.new_shapes.astype(int).tolist() for s in samples],
+        "synced": [bool(s.synced) for s in samples]})
 
 
 def read_engine_steps(path: Path, run: str) -> list[StepSample]:
@@ -71,7 +73,8 @@ def read_engine_steps(path: Path, run: str) -> list[StepSample]:
         ends = np.asarray(row.iteration_ends_s, dtype=np.float64)
         out.append(StepSample(step, int(row.num_iterations), float(row.duration_s),
                               ends if len(ends) else None,
-                              np.asarray(row.new_shapes, dtype=np.float64), run))
+                              np.asarray(row.new_shapes, dtype=np.float64), run,
+                              bool(getattr(row, "synced", False))))
     return out
 
 
@@ -86,7 +89,8 @@ class RecordedExecutor:
         self.max_model_len = max_model_len  # tokens, the engine's context limit
         self.name = f"recorded {run}"  # label
         self.run = run  # label of the samples
-        self.log: list[tuple[Step, int, float]] = []  # (step, completed iterations, seconds)
+        # (step, completed iterations, seconds, whether the engine watched for an arrival)
+        self.log: list[tuple[Step, int, float, bool]] = []
 
     def execute(self, step: Step, until_s: float = math.inf) -> StepResult:
         i = len(self.log)
@@ -104,12 +108,12 @@ class RecordedExecutor:
                               f"cannot be reproduced (another policy seed, KV capacity or "
                               f"context limit?)")
         duration = float(row.duration_s)
-        self.log.append((step, k, duration))
+        self.log.append((step, k, duration, until_s != math.inf))
         return StepResult(duration, np.linspace(duration / k, duration, k), bool(row.oom))
 
 
 def reconstruct_run(run_dir: Path, kv_capacity_tokens: int, max_model_len: int,
-                    seed: int = 0) -> list[tuple[Step, int, float]]:
+                    seed: int = 0) -> list[tuple[Step, int, float, bool]]:
     """The Steps of a recorded run, by driving its policy again over its own requests."""
     from policies.simulate import simulate  # policies sit above real's torch-free helpers
 
@@ -143,10 +147,11 @@ def run_samples(run_dirs: Sequence[Path], kv_capacity_tokens: int, max_model_len
         if (run_dir / ENGINE_STEPS).is_file():
             out += read_engine_steps(run_dir / ENGINE_STEPS, run_dir.name)
             continue
-        for step, k, duration in reconstruct_run(run_dir, kv_capacity_tokens, max_model_len):
+        for step, k, duration, synced in reconstruct_run(run_dir, kv_capacity_tokens,
+                                                         max_model_len):
             fresh = cache.new_per_iteration(step, k)
             cache.record(step, k)
-            out.append(StepSample(step, k, duration, None, fresh, run_dir.name))
+            out.append(StepSample(step, k, duration, None, fresh, run_dir.name, synced))
     return out
 
 

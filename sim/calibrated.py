@@ -71,6 +71,9 @@ def step_features(step: Step, num_iterations: int | None = None) -> np.ndarray:
 
 
 class TimeModel(Protocol):
+    """Seconds of each of a Step's first iterations. A model with `sync_aware = True` also takes
+    `synced`: the engine reads the clock after each iteration (it watches for an arrival)."""
+
     def iteration_times(self, step: Step, num_iterations: int) -> np.ndarray: ...
 
 
@@ -119,6 +122,7 @@ class CalibratedExecutor:
             raise ConfigError("kv_capacity_tokens", kv_capacity_tokens,
                               f"must hold at least one block of {block_size} tokens")
         self.times = times  # iteration-time model
+        self.sync_aware = getattr(times, "sync_aware", False)  # models a watched step's syncs
         self.shapes = shapes  # attention shapes the modelled engine has run (engine kind)
         self.new_shape_s = new_shape_s  # seconds a first run of an attention shape costs
         self.block_size = block_size  # tokens per KV block
@@ -153,7 +157,10 @@ class CalibratedExecutor:
         """Model `step`; stop after the first iteration ending at or after `until_s` seconds."""
         oom_at = self._first_oom_iteration(step, step.num_iterations) if step.num_seqs else 0
         k = oom_at or step.num_iterations
-        times = self.times.iteration_times(step, k)
+        if self.sync_aware and until_s != math.inf:
+            times = self.times.iteration_times(step, k, True)  # the host waits per iteration
+        else:
+            times = self.times.iteration_times(step, k)
         if self.shapes is None or not self.new_shape_s:
             return modelled_result(np.cumsum(times), until_s, oom_at)
         result = modelled_result(np.cumsum(times + self.new_shape_s

@@ -7,7 +7,10 @@ then attention (prefill FLOPs over each query's keys, decode KV bytes) and a flo
 kernel latencies (`device`). An eager engine launch-bound at small batches runs at the host's
 pace, a CUDA-graph engine at the device's; the iteration takes the smooth maximum
 `(host**p + device**p) ** (1 / p)`, with `p` fitted (`overlap`: 1 is host and device in series,
-a large p is full overlap). An engine whose kernels build a plan per attention shape (torch's
+a large p is full overlap). When the host waits for an iteration's end (a Step that may stop at
+an arrival reads the clock after each iteration), the device idles while the host prepares the
+next one: `sync_host_s` per such iteration, in series. An engine whose kernels build a plan per
+attention shape (torch's
 sdpa backends, cuDNN) also pays `new_shape_s` the first time it runs each shape
 (`sim/engine_shapes.py` keeps the shapes it has run). Every term is physics of the engine and the
 GPU, fitted on a profile and on replayed steps (`real/fit_engine.py`), so it carries to shapes and
@@ -38,6 +41,7 @@ class EngineTimeParams:
     per_seq_host_s: float = 0.0  # seconds of host work per scheduled request per iteration
     per_chunk_host_s: float = 0.0  # seconds per prefill chunk beyond the first (own kernels)
     step_host_s: float = 0.0  # seconds of host work once per Step (in its first iteration)
+    sync_host_s: float = 0.0  # seconds the device idles after an iteration the host waits for
     new_shape_s: float = 0.0  # seconds the first run of an attention shape costs (plans)
     weight_efficiency: float = 0.85  # fraction of HBM bandwidth streaming the weights reaches
     compute_efficiency: float = 0.6  # fraction of peak tensor FLOP/s the dense matmuls reach
@@ -55,7 +59,7 @@ class EngineTimeParams:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f.name, value, "must be finite")
         for name in ("iteration_host_s", "per_seq_host_s", "per_chunk_host_s", "step_host_s",
-                     "new_shape_s", "device_floor_s"):
+                     "sync_host_s", "new_shape_s", "device_floor_s"):
             check_positive(name, getattr(self, name), allow_zero=True)
         for name in ("weight_efficiency", "compute_efficiency", "attention_efficiency",
                      "kv_efficiency"):
@@ -109,10 +113,13 @@ class IterationFeatures:
     kv_paged: np.ndarray  # KV tokens decode rows read, each its own
     kv_padded: np.ndarray  # decode rows x the longest decode row's KV
     first: np.ndarray  # 1.0 for a Step's first iteration
+    synced: np.ndarray  # 1.0 where the host waits for the iteration's end (watched Steps)
 
 
-def step_iteration_features(step: Step, num_iterations: int) -> IterationFeatures:
-    """Features of the first `num_iterations` iterations of `step` (later ones decode)."""
+def step_iteration_features(step: Step, num_iterations: int, synced: bool = False
+                            ) -> IterationFeatures:
+    """Features of the first `num_iterations` iterations of `step` (later ones decode);
+    `synced`: the engine reads the clock after each iteration (a finite `until_s`)."""
     k = max(num_iterations, 1)
     n = np.asarray(step.num_new_tokens, dtype=np.float64)
     c = np.asarray(step.num_context_tokens, dtype=np.float64)
@@ -138,11 +145,13 @@ def step_iteration_features(step: Step, num_iterations: int) -> IterationFeature
         pairs=column(float((n * c).sum() + (n * (n + 1)).sum() / 2), total_kv + later * b),
         kv_paged=column(float(kv[dec].sum()), total_kv + later * b),
         kv_padded=column(float(dec.sum()) * dec_max, b * (top + later)),
-        first=column(1.0, 0.0))
+        first=column(1.0, 0.0), synced=np.full(k, 1.0 if synced else 0.0))
 
 
 class EngineTimeModel:
     """Iteration times of an engine from `EngineTimeParams` and the deployment's work."""
+
+    sync_aware = True  # iteration_times takes `synced` (sim.calibrated.TimeModel)
 
     def __init__(self, params: EngineTimeParams, work: EngineWork) -> None:
         self.params = params  # fitted constants
@@ -168,10 +177,12 @@ class EngineTimeModel:
         """Seconds of each iteration (without first-run shape costs)."""
         host, device = self.host_s(f), self.device_s(f)
         p = self.params.overlap
+        gap = self.params.sync_host_s * f.synced
         if p == 1.0:
-            return host + device
+            return host + device + gap
         top = np.maximum(np.maximum(host, device), 1e-300)
-        return top * ((host / top) ** p + (device / top) ** p) ** (1.0 / p)
+        return top * ((host / top) ** p + (device / top) ** p) ** (1.0 / p) + gap
 
-    def iteration_times(self, step: Step, num_iterations: int) -> np.ndarray:
-        return self.times(step_iteration_features(step, num_iterations))
+    def iteration_times(self, step: Step, num_iterations: int,
+                        synced: bool = False) -> np.ndarray:
+        return self.times(step_iteration_features(step, num_iterations, synced))

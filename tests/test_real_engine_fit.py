@@ -123,7 +123,7 @@ def recorded_run(tmp_path: Path, policy: str, params: dict) -> tuple[Path, list[
 def test_a_recorded_run_is_reconstructed_step_for_step(tmp_path, policy, params):
     run_dir, ran = recorded_run(tmp_path, policy, params)
     log = reconstruct_run(run_dir, 20_000, 4096)
-    assert [(s.request_ids, s.num_new_tokens, s.num_context_tokens) for s, _, _ in log] == \
+    assert [(s.request_ids, s.num_new_tokens, s.num_context_tokens) for s, _, _, _ in log] == \
         [(s.request_ids, s.num_new_tokens, s.num_context_tokens) for s in ran]
 
 

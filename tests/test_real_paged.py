@@ -68,6 +68,36 @@ def test_graph_buffers_decode_the_same_tokens_as_eager_iterations():
                                atol=ATOL, rtol=0)
 
 
+class ReplayedForward:
+    """Stands in for a captured graph on CPU: a replay reruns the captured forward, which reads
+    the static buffers as they are then (what a CUDA graph's kernels do)."""
+
+    def __init__(self, graphs: DecodeGraphs, b: int) -> None:
+        self.graphs, self.b, self.replays = graphs, b, 0
+
+    def replay(self) -> None:
+        self.replays += 1
+        self.graphs._forward(self.b)
+
+
+def test_captured_graphs_serve_decode_iterations_after_the_warmup(monkeypatch):
+    """Before the capture (the warm-up) decodes run eagerly; after it, every pure-decode
+    iteration replays its bucket's graph and the tokens equal the eager engine's."""
+    ex = graph_engine(max_batch=8)
+    ex.runner.graph_replay = True
+    graphs = ex.runner.graphs
+    assert not graphs.captured
+    ex.warm_up(2)  # a decode iteration with no graph yet: eager
+    graphs.graphs = {b: ReplayedForward(graphs, b) for b in graphs.buckets}
+    eager = engine("paged")
+    step = Step(0, (1, 2, 3), (37, 5, 90), (0, 0, 0), (True,) * 3, num_iterations=6)
+    for e in (ex, eager):
+        e.execute(step)
+    assert graphs.graphs[4].replays == 5  # iterations 2-6 of a 3-row batch
+    for rid, n in zip((1, 2, 3), (43, 11, 96)):
+        np.testing.assert_array_equal(ex.tokens.get(rid, 0, n), eager.tokens.get(rid, 0, n))
+
+
 def test_batches_beyond_the_largest_bucket_run_eagerly():
     ex = graph_engine(max_batch=2)
     step = Step(0, (1, 2, 3), (4, 4, 4), (0, 0, 0), (True,) * 3, num_iterations=3)
