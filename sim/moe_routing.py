@@ -130,10 +130,29 @@ def busiest_rank_rows(probs: np.ndarray, ranks: int, num_tokens: float,
     return min(busiest, num_tokens * min(top_k, len(probs) / ranks))
 
 
+def _poisson_binomial_cdf(q: np.ndarray, size: int) -> np.ndarray:
+    """P(sum of independent Bernoulli(q_i) <= d) for d = 0..size (convolution)."""
+    pmf = np.zeros(size + 1)
+    pmf[0] = 1.0
+    for qi in q:
+        pmf[1:] = pmf[1:] * (1.0 - qi) + pmf[:-1] * qi
+        pmf[0] *= 1.0 - qi
+    return np.minimum(np.cumsum(pmf), 1.0)
+
+
 def busiest_rank_distinct(probs: np.ndarray, ranks: int, num_tokens: float) -> float:
-    """Expected distinct experts touched on the rank with the most (its weights are read)."""
+    """E[max over ranks of the distinct experts a batch touches on each] (module docstring):
+    the busiest rank's expert weights are what a step waits to read."""
     if ranks <= 1:
         return expected_distinct(probs, num_tokens)
-    touched = 1.0 - (1.0 - probs) ** max(num_tokens, 0.0)
-    return float(np.bincount(rank_of_expert(len(probs), ranks), weights=touched,
-                             minlength=ranks).max())
+    if num_tokens <= 0:
+        return 0.0
+    touched = 1.0 - (1.0 - probs) ** num_tokens
+    where = rank_of_expert(len(probs), ranks)
+    size = int(np.bincount(where).max())
+    cdf = np.ones(size + 1)
+    for r in range(ranks):
+        cdf *= _poisson_binomial_cdf(touched[where == r], size)
+    busiest = float(np.sum(1.0 - cdf[:-1]))  # E[max] = sum_d P(max > d)
+    top_k = int(round(float(np.sum(probs))))
+    return max(busiest, float(-(-top_k // ranks)))
