@@ -21,16 +21,18 @@ whose `cost_model` object is usable as `cluster.cost_model: {...}` in a config.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
 from policies.registry import policy_factory
 from sim.bench_fit import (DEFAULT_FIT, FIT_PARAMS, STAGE_DEFAULT_FIT, STAGE_FIT_PARAMS,
                            TTFT_WEIGHT, BenchFit, fit_bench)
+from sim.bench_replay import usable_rows
 from sim.cluster import ClusterSpec
 from sim.errors import ConfigError, TraceError
 from traces.bench_results import BenchResult, read_bench_result
@@ -111,6 +113,27 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def usable_results(results: Sequence[BenchResult]) -> list[tuple[BenchResult, dict[str, int]]]:
+    """Each result with only its physically consistent requests (sim.bench_replay.usable_rows:
+    duration from the file, arrivals measured or rebuilt), and what was dropped for which
+    reason; ConfigError naming the file when none of its requests is usable."""
+    out = []
+    for r in results:
+        duration = r.summary.get("duration")
+        kept, dropped = usable_rows(r.trace, duration if duration and duration > 0 else None,
+                                    r.arrivals == "measured")
+        if kept.empty:
+            raise ConfigError("results", r.source, f"none of its {len(r.trace)} requests is "
+                              f"usable: {drop_text(dropped)}")
+        out.append((dataclasses.replace(r, trace=kept), dropped))
+    return out
+
+
+def drop_text(dropped: Mapping[str, int]) -> str:
+    """'2 latency below TTFT; 1 ...': the dropped requests per reason."""
+    return "; ".join(f"{n} {reason}" for reason, n in dropped.items())
+
+
 def cost_model_options(args: argparse.Namespace) -> dict[str, Any]:
     """`cluster.cost_model` of the fitted cluster: {kind: roofline} or {kind: stage[, params]}."""
     if args.cost_model == "roofline":
@@ -126,7 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster = ClusterSpec(model=args.model, gpu=args.gpu, tensor_parallel=args.tp,
                               cost_model=cost_model_options(args))
         params = parse_params(args.param)
-        results = [read_bench_result(f, fmt=args.format, seed=args.seed) for f in args.results]
+        screened = usable_results([read_bench_result(f, fmt=args.format, seed=args.seed)
+                                   for f in args.results])
+        results = [r for r, _ in screened]
         fields = None if args.fit is None else [f.strip() for f in args.fit.split(",")
                                                 if f.strip()]
         fit = fit_bench([r.trace for r in results], cluster, policy_factory(args.policy, params),
@@ -134,15 +159,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, TraceError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for r in results:
+    for r, dropped in screened:
         print(f"{r.source}: {r.format}, {len(r.trace)} requests ({r.num_failed} failed), "
               f"arrivals {r.arrivals}")
+        if dropped:
+            print(f"warning: {r.source}: dropped {sum(dropped.values())} of "
+                  f"{len(r.trace) + sum(dropped.values())} requests: {drop_text(dropped)}",
+                  file=sys.stderr)
     print(format_table(fit))
     print(f"cost_model: {json.dumps({**cluster.cost_model, **fit.overrides})}  "
           f"({fit.num_evaluations} "
           f"evaluations; {fit.message})")
     if args.out:
         data = calibration_dict(fit, results, cluster, args.policy, params)
+        for run, (_, dropped) in zip(data["runs"], screened):
+            if dropped:  # requests left out of the fit, per reason
+                run["dropped"] = dropped
         Path(args.out).write_text(json.dumps(data, indent=2) + "\n")
         print(f"-> {args.out}")
     return 0

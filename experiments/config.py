@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 from experiments.classes_config import (ClassSpec, admission_from_dict, check_classes_support,
                                         classes_from_dict, merge_classes)
+from experiments.checks import check_policy_build
 from experiments.config_checks import (build, check_keys, check_positive_number, is_int, listed,
                                        mapping, rebase)
 from experiments.report import rate_text
@@ -109,6 +110,7 @@ class ExperimentConfig:
             check_prefix_caching_backend(config, cluster.backend, f"policies[{i}].params")
             check_kv_tiers_cluster(config, cluster, f"policies[{i}].params")
             check_draft(config, cluster, f"policies[{i}]")
+            check_policy_build(entry.name, config, cluster, f"policies[{i}]")
             check_classes_support(entry.name, cluster.backend, self.admission_for(entry),
                                   self.classes_for(entry), f"policies[{i}]")
             check_name(f"policies[{i}].label", entry.label)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import pandas as pd
 
-from experiments.outdir import writing
+from experiments.outdir import atomic_write, writing
+from experiments.resume import file_sha256
 from sim.simulate import RunResult
 
 RUN_TABLES = ("records", "steps", "instances", "events")  # RunResult frames -> <name>.parquet
@@ -69,27 +69,22 @@ def plain(value: Any) -> Any:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write `data` as JSON atomically (a reader never sees a half-written file); an OSError
-    becomes a ResultsWriteError naming `path`."""
-    text = json.dumps(plain(data), indent=2) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    with writing(path):
-        try:
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+    """Write `data` as JSON atomically (experiments.outdir.atomic_write: a reader never sees a
+    half-written file, a link is never followed); an OSError becomes a ResultsWriteError naming
+    `path`."""
+    write_text(path, json.dumps(plain(data), indent=2) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write `text` (UTF-8) atomically; an OSError becomes a ResultsWriteError naming `path`."""
+    with atomic_write(path) as handle:
+        handle.write(text.encode("utf-8"))
 
 
 def write_csv(path: Path, frame: pd.DataFrame) -> None:
     """Write `frame` as CSV atomically; an OSError becomes a ResultsWriteError naming `path`."""
-    tmp = path.with_name(path.name + ".tmp")
-    with writing(path):
-        try:
-            frame.to_csv(tmp, index=False)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+    with atomic_write(path) as handle:
+        frame.to_csv(handle, index=False)
 
 
 def table_rows(result: RunResult) -> dict[str, int]:
@@ -99,17 +94,22 @@ def table_rows(result: RunResult) -> dict[str, int]:
 
 
 def write_run(run_dir: Path, result: RunResult, config: Mapping[str, Any]) -> None:
-    """One run's records, steps, instances, events, summary and resolved config."""
+    """One run's records, steps, instances, events, summary and resolved config, each file
+    atomically; config.json also records the SHA-256 of every other file ("digests"), which
+    a resumed sweep checks (experiments/resume.py)."""
     with writing(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
     for name in RUN_TABLES:
-        with writing(run_dir / f"{name}.parquet"):
-            if name == "steps":  # a file the run streamed its steps to is moved, not read
-                result.write_steps(run_dir / "steps.parquet")
+        with atomic_write(run_dir / f"{name}.parquet") as handle:
+            if name == "steps" and result.steps_path is not None:  # streamed: moved, not read
+                result.write_steps(handle.name)
             else:
-                getattr(result, name).to_parquet(run_dir / f"{name}.parquet", index=False)
+                getattr(result, name).to_parquet(handle, index=False)
     write_json(run_dir / "summary.json", result.summary)
-    write_json(run_dir / "config.json", config)
+    written = [f"{name}.parquet" for name in RUN_TABLES] + ["summary.json"]
+    with writing(run_dir):
+        digests = {name: file_sha256(run_dir / name) for name in written}
+    write_json(run_dir / "config.json", {**config, "digests": digests})
 
 
 def summary_row(label: str, policy: str, rate: float | None, seed: int,
@@ -123,6 +123,17 @@ def write_summaries(out_dir: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """Rewrite OUT/summary.csv and OUT/summary.json with every run so far."""
     write_csv(out_dir / "summary.csv", pd.DataFrame(list(rows)))
     write_json(out_dir / "summary.json", list(rows))
+
+
+def rebuild_summaries(out_dir: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """OUT/summary.csv and summary.json rebuilt from `rows` (the runs found intact on disk),
+    or removed when there are none: a summary never lists a run whose files are not there."""
+    if rows:
+        write_summaries(out_dir, rows)
+        return
+    for name in ("summary.csv", "summary.json"):
+        with writing(out_dir / name):
+            (out_dir / name).unlink(missing_ok=True)
 
 
 def _cell(value: Any, scale: float, fmt: str) -> str:

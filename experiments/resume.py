@@ -4,9 +4,12 @@ A run's identity (experiments/sweep.py run_identity) covers the trace file's con
 blake2b digest, computed once per file version per process), the result schema version and the
 simulator's version: the installed package version plus a digest of the simulation code
 (`sim/`, `policies/`, `traces/`), so a trace edited in place, an upgraded simulator, a local code
-change or new result columns all rerun. Before a run is skipped its files are checked cheaply: config.json and summary.json parse
-as JSON objects with the expected keys, and each parquet table opens (footer only) with the row
-count written beside it. Anything off gives one line saying why the run is not reused.
+change or new result columns all rerun. Before a run is skipped its files are checked:
+config.json and summary.json parse as JSON objects with the expected keys, each parquet table
+opens (footer only) with the row count written beside it, and every file the run wrote (its four
+tables and summary.json) still has the SHA-256 digest recorded in its config.json when it was
+written, so an edited, truncated or swapped file (another run's records.parquet, say) is rerun.
+Anything off gives one line saying why the run is not reused.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, Mapping
 import pyarrow.parquet as pq
 
 from sim.errors import TraceError
+from sim.models import model_config_file
 
 RESULT_SCHEMA_VERSION = 3  # bump whenever records / steps / summary columns change
 SUMMARY_KEYS = ("num_requests", "completed", "request_throughput")  # a summary.json must have
@@ -86,7 +90,9 @@ def referenced_files(cluster: Mapping[str, Any]) -> dict[str, str]:
     for field, value in candidates.items():
         if not isinstance(value, str):
             continue
-        path = Path(value)
+        path = model_config_file(value) if field.endswith("model") else Path(value)
+        if path is None:  # a built-in model: no file
+            continue
         if path.is_dir():
             path = path / "config.json"
         if path.is_file():
@@ -106,10 +112,21 @@ class NotReusable(Exception):
     """A run directory on disk that must be rerun; the message says why (one line)."""
 
 
+def file_sha256(path: Path) -> str:
+    """The SHA-256 hex digest of the file's bytes."""
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
 def reusable_summary(run_dir: Path, run_hash: str, identity: Mapping[str, Any]) -> dict:
     """The summary of the finished run in `run_dir`; NotReusable('stale: ...' / 'corrupt: ...')
-    when its hash differs or a file is missing, unreadable or inconsistent."""
-    run = _json_object(run_dir / "config.json").get("run")
+    when its hash differs or a file is missing, unreadable, inconsistent or not the one
+    written."""
+    config = _json_object(run_dir / "config.json")
+    run = config.get("run")
     if not isinstance(run, dict):
         raise NotReusable("corrupt: config.json has no run section")
     if run.get("hash") != run_hash:
@@ -126,7 +143,24 @@ def reusable_summary(run_dir: Path, run_hash: str, identity: Mapping[str, Any]) 
                           f"rows but summary.json counts {summary['num_requests']} requests")
     for name, rows in files.items():
         _check_parquet(run_dir, name, rows)
+    check_digests(run_dir, config.get("digests"), ["summary.json", *files])
     return summary
+
+
+def check_digests(run_dir: Path, digests: Any, names: list[str]) -> None:
+    """NotReusable unless each of `names` in `run_dir` has the SHA-256 in `digests` (config.json's
+    "digests", recorded when the run was written)."""
+    if not isinstance(digests, dict) or any(not isinstance(digests.get(n), str) for n in names):
+        raise NotReusable("stale: written by an older servesim (no content digests of its files)")
+    for name in names:
+        try:
+            found = file_sha256(run_dir / name)
+        except OSError as exc:
+            raise NotReusable(f"corrupt: {name} unreadable ({exc.strerror or exc})") from None
+        if found != digests[name]:
+            raise NotReusable(f"corrupt: {name} is not the file this run wrote (edited, "
+                              f"truncated or swapped: SHA-256 {found[:12]}..., written "
+                              f"{digests[name][:12]}...)")
 
 
 def stale_reason(stored: Any, identity: Mapping[str, Any]) -> str:

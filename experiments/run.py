@@ -6,7 +6,9 @@
 
 Each run writes OUT/runs/<label>__rate<r>__seed<s>/ (records.parquet, steps.parquet,
 instances.parquet, events.parquet, summary.json, config.json) and rewrites OUT/summary.csv and
-OUT/summary.json the moment it finishes. OUT defaults to results/<config name>/.
+OUT/summary.json the moment it finishes; both are rebuilt from the intact runs on disk when the
+sweep starts. One sweep at a time holds OUT (OUT/.sweep.lock), and OUT holds one sweep's results
+(a sweep of another name is refused). OUT defaults to results/<config name>/. docs/sweeps.md.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import argparse
 import dataclasses
 import shutil
 import sys
-from contextlib import closing
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -26,9 +29,12 @@ from experiments.config import ExperimentConfig
 from experiments.config_load import apply_overrides, load_config  # noqa: F401 (re-exported)
 from experiments.checks import check_cluster  # noqa: F401 (re-exported)
 from experiments.class_report import format_class_table
-from experiments.outdir import ResultsWriteError, check_dir_name, prepare_out_dir, writing
-from experiments.report import (bad_fraction, catalogue, format_table, rejection_warnings,
-                                run_line, write_json, write_summaries)
+from experiments.outdir import (ResultsWriteError, check_dir_name, prepare_out_dir,
+                                remove_stale, runs_dir, temp_dir)
+from experiments.outlock import locked
+from experiments.report import (bad_fraction, catalogue, format_table, rebuild_summaries,
+                                rejection_warnings, run_line, write_json, write_summaries,
+                                write_text)
 from experiments.sweep import (RunSpec, check_finished, check_jobs, expand, iter_outputs,
                                persist, preload, record_failures)
 from experiments.workload import trace_path
@@ -36,9 +42,30 @@ from sim.errors import ConfigError, TraceError
 
 
 # ---- the sweep ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Session:
+    """A sweep that holds its results folder (experiments/outlock.py)."""
+
+    out_dir: Path  # the resolved results folder, locked by this sweep
+    specs: list[RunSpec]  # every run of the config, in order
+    experiment: dict[str, Any]  # the resolved experiment, as in OUT/config.json
+    steps_dir: Path  # a private hidden folder in OUT/runs that inline runs stream steps to
+
+
 def run_sweep(cfg: ExperimentConfig, out_dir: Path, *, progress: bool = True, jobs: int = 1,
-              use_ray: bool = False) -> list[dict]:
-    """Run every (rate, seed, policy) not already finished; persist each run as it lands."""
+              use_ray: bool = False, source: str | Path | None = None) -> list[dict]:
+    """Run every (rate, seed, policy) not already finished; persist each run as it lands.
+    `source` (the config file) is recorded in OUT for the error a second sweep gets."""
+    with sweep_session(cfg, out_dir, jobs, source) as session:
+        return sweep_runs(cfg, session, progress=progress, jobs=jobs, use_ray=use_ray)
+
+
+@contextmanager
+def sweep_session(cfg: ExperimentConfig, out_dir: Path, jobs: int = 1,
+                  source: str | Path | None = None) -> Iterator[Session]:
+    """Check the config, then hold OUT for the block: locked (a second sweep is refused by
+    name), refused when it holds another sweep's results, cleaned of what an interrupted sweep
+    left, with OUT/config.json written."""
     check_jobs(jobs)
     specs = expand(cfg)
     check_cluster(cfg.cluster)
@@ -47,20 +74,30 @@ def run_sweep(cfg: ExperimentConfig, out_dir: Path, *, progress: bool = True, jo
         check_dir_name(f"policies[{i}].label", entry.label)
     preload(cfg)
     out_dir = prepare_out_dir(out_dir)
-    for stale in (out_dir / "runs").glob(".*.tmp-*"):  # left by an interrupted sweep
-        shutil.rmtree(stale, ignore_errors=True)
-    for stale in (out_dir / "runs").glob(".*.steps-*.parquet"):  # streamed, never persisted
-        stale.unlink(missing_ok=True)
-    with writing(out_dir / "runs"):
-        (out_dir / "runs").mkdir(exist_ok=True)
-    experiment = experiment_record(cfg)
-    write_json(out_dir / "config.json", experiment)
+    with locked(out_dir) as lock:
+        lock.claim(cfg.name, source)  # refused when OUT holds another sweep's results
+        remove_stale(out_dir)
+        experiment = experiment_record(cfg)
+        write_json(out_dir / "config.json", experiment)
+        steps_dir = temp_dir(runs_dir(out_dir), "steps")
+        try:
+            yield Session(out_dir, specs, experiment, steps_dir)
+        finally:
+            shutil.rmtree(steps_dir, ignore_errors=True)
+
+
+def sweep_runs(cfg: ExperimentConfig, session: Session, *, progress: bool = True,
+               jobs: int = 1, use_ray: bool = False) -> list[dict]:
+    """Reuse the intact finished runs, rebuild the summaries from them, run the rest and
+    persist each as it lands (the summaries rewritten each time)."""
+    out_dir, specs = session.out_dir, session.specs
     rows, todo = resume(out_dir, cfg, specs)
+    rebuild_summaries(out_dir, ordered(specs, rows))
     failures = []
     with tqdm(total=len(specs), initial=len(rows), desc=cfg.name, unit="run",
               disable=None if progress else True) as bar, \
             closing(iter_outputs(cfg, todo, jobs, use_ray, progress,
-                                 out_dir / "runs")) as outputs:
+                                 session.steps_dir)) as outputs:
         for done, out in enumerate(outputs, start=len(rows) + 1):
             bar.update(1)
             count = f"[{done}/{len(specs)}]"  # the bar is off without a terminal
@@ -69,13 +106,17 @@ def run_sweep(cfg: ExperimentConfig, out_dir: Path, *, progress: bool = True, jo
                 log(f"{count} {out.spec.name}: FAILED: {out.error}")
                 record_failures(out_dir, failures)
                 continue
-            row = persist(out_dir, cfg, out, experiment)
-            rows[out.spec.name] = row
-            write_summaries(out_dir, [rows[s.name] for s in specs if s.name in rows])
-            log(f"{count} {run_line(row, out.wall_s)}")
+            rows[out.spec.name] = persist(out_dir, cfg, out, session.experiment)
+            write_summaries(out_dir, ordered(specs, rows))
+            log(f"{count} {run_line(rows[out.spec.name], out.wall_s)}")
     record_failures(out_dir, failures)
     if failures:
         raise SweepFailures(failures)
+    return ordered(specs, rows)
+
+
+def ordered(specs: list[RunSpec], rows: dict[str, dict]) -> list[dict]:
+    """The rows of `specs` that have one, in spec order."""
     return [rows[s.name] for s in specs if s.name in rows]
 
 
@@ -193,8 +234,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
         out_dir = Path(args.out) if args.out else Path("results") / cfg.name
-        rows = run_sweep(cfg, out_dir, progress=not args.no_progress, jobs=args.jobs,
-                         use_ray=args.ray)
+        with sweep_session(cfg, out_dir, args.jobs, args.config) as session:
+            rows = sweep_runs(cfg, session, progress=not args.no_progress, jobs=args.jobs,
+                              use_ray=args.ray)
+            return report(args, cfg, session.out_dir, rows)  # still holding OUT
     except (ConfigError, TraceError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -207,24 +250,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print("interrupted; finished runs are already written", file=sys.stderr)
         return 128 + getattr(exc, "signum", 2)
+
+
+def report(args: argparse.Namespace, cfg: ExperimentConfig, out_dir: Path,
+           rows: list[dict]) -> int:
+    """Every run's bench.json with this command's options, OUT/table.txt, the table and
+    warnings printed; the exit status (1 when a file cannot be written, or by --strict)."""
     from experiments.vllm_bench import rewrite_bench
     try:  # every run's bench.json with this command's --percentile-metrics/... (reused too)
         rows = rewrite_bench(out_dir, rows, args.bench)
         if args.bench.goodput:
             write_summaries(out_dir, rows)
-    except ResultsWriteError as exc:
-        print(f"error: {exc} (every run is on disk)", file=sys.stderr)
-        return 1
-    labels = [entry.label for entry in cfg.policies]
-    table = format_table(rows, labels)
-    classes = format_class_table(rows, labels)  # "" without request classes
-    if classes:
-        table = f"{table}\n\n{classes}"
-    warnings = rejection_warnings(rows)
-    try:
-        with writing(out_dir / "table.txt"):
-            (out_dir / "table.txt").write_text("\n".join([table, *warnings]) + "\n",
-                                               encoding="utf-8")
+        labels = [entry.label for entry in cfg.policies]
+        table = format_table(rows, labels)
+        classes = format_class_table(rows, labels)  # "" without request classes
+        if classes:
+            table = f"{table}\n\n{classes}"
+        warnings = rejection_warnings(rows)
+        write_text(out_dir / "table.txt", "\n".join([table, *warnings]) + "\n")
     except ResultsWriteError as exc:
         print(f"error: {exc} (every run is on disk)", file=sys.stderr)
         return 1

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from experiments.classes_config import class_slos
 from experiments.classes_config import identity as classes_identity
 from experiments.config import ExperimentConfig, PolicyEntry
-from experiments.outdir import run_dir, writing
+from experiments.outdir import replace_dir, run_dir, temp_dir, writing
 from experiments.pool import completed
 from experiments.report import plain, run_id, summary_row, table_rows, write_json, write_run
 from experiments.resume import (RESULT_SCHEMA_VERSION, NotReusable, file_digest,
@@ -39,7 +39,7 @@ from sim.class_metrics import class_labels, class_slo_summary
 from sim.errors import ConfigError, TraceError
 from sim.simulate import RunResult
 
-STEPS_FILE = ".{}.steps-{}.parquet"  # a run's streamed steps in OUT/runs until persisted
+STEPS_FILE = ".{}.steps-{}.parquet"  # <run>, <pid>: streamed steps, in the sweep's steps dir
 
 
 @dataclass(frozen=True)
@@ -214,14 +214,14 @@ def per_class(cfg: ExperimentConfig, entry: PolicyEntry, result: RunResult) -> N
 # ---- the driver side ------------------------------------------------------------------------
 def persist(out_dir: Path, cfg: ExperimentConfig, out: RunOutput,
             experiment: dict[str, Any]) -> dict:
-    """Write a finished run atomically into OUT/runs/<name>/ and return its summary row."""
+    """Write a finished run into a new hidden directory in OUT/runs, rename it onto
+    OUT/runs/<name>/ and return its summary row."""
     assert out.result is not None
     spec = out.spec
     final = run_dir(out_dir, spec.name)
     identity = run_identity(cfg, spec)
     check_trace_unchanged(cfg, identity, out)
-    tmp = final.parent / f".{spec.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = temp_dir(final.parent, spec.name)  # new, exclusively created: nothing planted
     try:
         write_run(tmp, out.result, {
             "experiment": experiment,
@@ -232,10 +232,7 @@ def persist(out_dir: Path, cfg: ExperimentConfig, out: RunOutput,
                     "seed": spec.seed, "num_requests": out.num_requests, "wall_s": out.wall_s,
                     "cluster": dataclasses.asdict(cfg.cluster_for(spec.entry))}})
         write_bench(tmp, BenchOptions(), out.result.records)  # vllm bench serve's JSON
-        with writing(final):
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
+        replace_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # left only when writing failed
     return summary_row(spec.entry.label, spec.entry.name, spec.rate, spec.seed,

@@ -29,7 +29,8 @@ without a direct simulator meaning are filled:
 - max_output_tokens_per_s: tokens in the busiest 1-second bucket counted from the first arrival,
   each request's tokens placed at its first token and then evenly up to its finish (the
   simulator keeps no per-token time); max_concurrent_requests: the most completed requests active
-  (arrival to finish) in one such bucket, as vLLM at that commit counts them;
+  (arrival to finish) in one such bucket, as vLLM at that commit counts them (counted in memory
+  bounded by the request count, whatever the span and token count: experiments/bench_peaks.py);
 - ITL: from the run summary (exact weighted gaps over all tokens; its percentiles pick the sample
   at the percentile (inverted CDF) where vLLM interpolates, a difference below one gap), so only
   the percentiles of sim.metrics.ITL_PERCENTILES are available for itl.
@@ -47,6 +48,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from experiments.bench_peaks import peak_buckets
 from experiments.outdir import run_dir as run_path
 from experiments.report import write_json
 from sim.errors import ConfigError
@@ -169,26 +171,6 @@ def good_requests(done: pd.DataFrame, goodput: Sequence[tuple[str, float]]) -> i
             values = np.nan_to_num(values, nan=0.0)
         ok &= values <= slo_ms / 1000
     return int(ok.sum())
-
-
-def peak_buckets(done: pd.DataFrame) -> tuple[float, int]:
-    """(most output tokens in one 1-second bucket, most completed requests active in one)."""
-    if done.empty:
-        return 0.0, 0
-    start = float(done["arrival_s"].min())
-    n = int(np.ceil(float(done["finish_s"].max()) - start)) + 1
-    outs = done["output_tokens"].to_numpy(dtype=np.int64)
-    first = done["first_token_s"].to_numpy(dtype=np.float64)
-    gap = (done["finish_s"].to_numpy(dtype=np.float64) - first) / np.maximum(outs - 1, 1)
-    k = np.arange(outs.sum()) - np.repeat(np.cumsum(outs) - outs, outs)  # token index
-    times = np.repeat(first, outs) + k * np.repeat(gap, outs)
-    tokens = np.bincount(np.clip((times - start).astype(np.int64), 0, n - 1), minlength=n)
-    lo = (done["arrival_s"].to_numpy(dtype=np.float64) - start).astype(np.int64)
-    hi = (done["finish_s"].to_numpy(dtype=np.float64) - start).astype(np.int64)
-    delta = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(delta, lo, 1)
-    np.add.at(delta, hi + 1, -1)
-    return float(tokens.max()), int(np.cumsum(delta)[:n].max())
 
 
 def _rate(value: Any) -> float | str:

@@ -9,9 +9,11 @@ import pandas as pd
 
 from experiments.classes_config import apply_classes
 from experiments.config import ExperimentConfig, PolicyEntry
+from experiments.workload_checks import check_workload
 from experiments.workload_config import TraceWorkload, clients_at_rate, sessions_at_rate
 from sim.errors import ConfigError, TraceError
 from traces.clients import multi_client_trace
+from traces.files import existing_file
 from traces.mapping import load_mapped
 from traces.registry import infer_format, load_trace, shared_trace_path
 from traces.schema import trace_stats
@@ -23,11 +25,13 @@ from traces.transform import all_at_once, gamma_from_lengths
 
 def load_base_trace(cfg: ExperimentConfig) -> pd.DataFrame | None:
     """The trace file's requests (loaded once per sweep, before any run, so a trace the config
-    cannot replay fails here); None for a synthetic workload."""
+    cannot replay fails here); None for a synthetic workload. The config checks only the
+    workload can answer (experiments/workload_checks.py) run here too, trace or not."""
     trace = cfg.workload.trace
     if trace is None:
+        check_workload(cfg, None, "the generated workload")
         return None
-    path = shared_trace_path(trace.name) if trace.name is not None else trace.path
+    path = trace_path(trace)
     mapped = trace.mapping()
     if mapped is None:
         df = load_trace(path, trace.format, limit=trace.limit)
@@ -35,10 +39,11 @@ def load_base_trace(cfg: ExperimentConfig) -> pd.DataFrame | None:
         fmt = trace.format if trace.format is not None else infer_format(path)
         df = load_mapped(path, "csv" if fmt == "azure" else fmt, mapped, limit=trace.limit)
     if len(df) == 0:
-        raise TraceError(str(path), "trace has no requests")
+        raise TraceError(path, "trace has no requests")
     if trace.session_blocks is not None:
-        df = sessions_from_blocks(df, trace.session_blocks, str(path))
-    check_retime(df, trace, str(path))
+        df = sessions_from_blocks(df, trace.session_blocks, path)
+    check_retime(df, trace, path)
+    check_workload(cfg, df, path)
     return df
 
 
@@ -59,8 +64,13 @@ def check_retime(df: pd.DataFrame, trace: TraceWorkload, source: str) -> None:
 
 
 def trace_path(trace: TraceWorkload) -> str:
-    """Where the trace is read from (for reports)."""
-    return str(shared_trace_path(trace.name)) if trace.name is not None else str(trace.path)
+    """Where the trace is read from (`~` expanded), the one path that is hashed and read:
+    FileNotFoundError when nothing is there, TraceError unless it is a regular file (a FIFO
+    or a link to /dev/zero would hang the hash), checked before anything opens it."""
+    if trace.name is not None:
+        return str(shared_trace_path(trace.name))
+    assert trace.path is not None  # a TraceWorkload has exactly one of name / path
+    return str(existing_file(trace.path))
 
 
 def build_workload(cfg: ExperimentConfig, base: pd.DataFrame | None, rate: float | None,

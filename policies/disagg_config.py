@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from sim.errors import ConfigError
 from sim.executor import InstanceInfo
-from sim.kv_transfer import TransferLink, link_preset, read_send_recv
+from sim.kv_transfer import (TransferLink, check_kv_bytes_per_token, link_preset,
+                              read_send_recv)
 
 from policies.base import PolicyConfig
 
@@ -38,9 +38,7 @@ class DisaggConfig(PolicyConfig):
         for name in ("prefill_params", "decode_params"):
             if not isinstance(getattr(self, name), Mapping):
                 raise ConfigError(name, getattr(self, name), "must be a mapping of parameters")
-        if not (0 <= self.kv_bytes_per_token < math.inf):
-            raise ConfigError("kv_bytes_per_token", self.kv_bytes_per_token,
-                              "must be >= 0 bytes (0: from the model)")
+        check_kv_bytes_per_token("kv_bytes_per_token", self.kv_bytes_per_token)
         if not self.send_recv_csv:
             link_preset(self.link, "link")
 

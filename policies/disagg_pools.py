@@ -128,10 +128,16 @@ def pool_params(name: str, params: Mapping[str, Any], field: str) -> dict[str, A
 def build_pool(name: str, params: Mapping[str, Any], infos: Sequence[InstanceInfo],
                recorder: Recorder, rng: np.random.Generator, field: str,
                decode: bool) -> PagedPolicy:
-    """One pool's policy over `infos` (renumbered from 0)."""
+    """One pool's policy over `infos` (renumbered from 0); its errors named under the pool's
+    fields (`decode_params.router`)."""
     cls = pool_policy_class(name, f"{field}_policy", decode)
-    config = make_config(cls, pool_params(name, params, f"{field}_params"),
-                         where=f"{field}_params")
+    where = f"{field}_params"
     local = [InstanceInfo(i, info.kv_capacity_tokens, info.name, info.has_draft)
              for i, info in enumerate(infos)]
-    return cls(config, local, recorder, rng)
+    try:
+        return cls(make_config(cls, pool_params(name, params, where), where=where), local,
+                   recorder, rng)
+    except ConfigError as err:
+        if err.field == where or err.field.startswith(f"{where}."):
+            raise
+        raise ConfigError(f"{where}.{err.field}", err.value, err.reason) from None

@@ -32,7 +32,7 @@ request, so they keep the per-request jitter above as a floor.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
@@ -60,14 +60,15 @@ TTFT_WEIGHT = 0.1  # default weight of the TTFT residuals against the decode-tim
 class BenchFit:
     """A fit's result: cost-model overrides and the error before and after."""
 
-    overrides: Mapping[str, float]  # fitted cost-model fields (seconds / fractions)
+    overrides: Mapping[str, float | bool]  # fitted cost-model fields (seconds / fractions;
+    # cpu_overlapped: False when stage host terms were fitted in series)
     before: ErrorStats  # with the cluster's own cost model
     after: ErrorStats  # with `overrides` applied
     num_evaluations: int  # simulations run
     message: str  # the optimizer's stopping reason
 
     def __post_init__(self) -> None:
-        known = (*FIT_PARAMS, *STAGE_FIT_PARAMS)
+        known = (*FIT_PARAMS, *STAGE_FIT_PARAMS, "cpu_overlapped")
         unknown = [k for k in self.overrides if k not in known]
         if unknown:
             raise ConfigError("overrides", unknown, f"fittable: {', '.join(known)}")
@@ -144,10 +145,19 @@ def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpe
     if not (isinstance(ttft_weight, (int, float)) and 0 <= ttft_weight < math.inf):
         raise ConfigError("ttft_weight", ttft_weight, "must be a number >= 0")
     check_factory(make_policy)
+    before_records = _Objective(runs, cluster, make_policy, names, space.table, 1,
+                                0.0).records(None)  # the cluster's own model, as configured
+    before = _stats(runs, before_records)
+    serial = _serial_host(cluster, space.family)
+    if serial:  # host terms are fitted as the host time a step exposes: after the GPU's
+        cluster = replace(cluster, cost_model={**cluster.cost_model, **serial})
     objective = _Objective(runs, cluster, make_policy, names, space.table, max_evaluations,
                            float(ttft_weight))
-    before_records = objective.records(None)
-    before = _stats(runs, before_records)
+    if before.num_requests == 0:
+        raise ConfigError("traces", f"{before.num_unfinished} requests", (
+            f"the simulation finished none of them with their measured output length "
+            f"({_unfinished(before_records)}): nothing to fit; check the model, GPU, "
+            f"max_model_len and policy parameters against the benchmarked server's"))
     if space.step_field in names:  # start where the median TPOT gap puts it (ms variable)
         j = names.index(space.step_field)
         gap = _tpot_gap(runs, before_records)
@@ -163,7 +173,27 @@ def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpe
         pass
     best = objective.overrides(objective.best[1] if objective.best[1] is not None else x0)
     after = _stats(runs, objective.records(best))
-    return BenchFit(best, before, after, objective.num_evaluations + 2, message)
+    return BenchFit({**serial, **best}, before, after, objective.num_evaluations + 2, message)
+
+
+def _serial_host(cluster: ClusterSpec, family: str) -> dict[str, bool]:
+    """{cpu_overlapped: False} when fitting the stage model's host terms of a cluster that
+    does not set it: a benchmark shows the host time a step exposes, which the fit adds after
+    the GPU's (an overlapped host term hides below the GPU step, and nothing would pin it)."""
+    if family != "stage" or "cpu_overlapped" in cluster.cost_model:
+        return {}
+    return {"cpu_overlapped": False}
+
+
+def _unfinished(records: Sequence[pd.DataFrame]) -> str:
+    """'rejected 30 (exceeds_max_model_len: 30)': the simulation's outcomes, for an error."""
+    rec = pd.concat(records, ignore_index=True)
+    parts = []
+    for outcome, group in rec.groupby("finish_reason", sort=True):
+        why = group.loc[group["reason"] != "", "reason"].value_counts().sort_index()
+        detail = ", ".join(f"{k}: {v}" for k, v in why.items())
+        parts.append(f"{outcome} {len(group)}" + (f" ({detail})" if detail else ""))
+    return "; ".join(parts)
 
 
 def _stats(traces: Sequence[pd.DataFrame], records: Sequence[pd.DataFrame]) -> ErrorStats:

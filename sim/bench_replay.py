@@ -27,6 +27,9 @@ from sim.simulate import run_simulation
 
 MEASURED = ("measured_ttft_s", "measured_tpot_s")  # trace columns compared against (seconds)
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")  # what the replay simulates
+MAX_LATENCY_S = 86400.0  # seconds: the longest TTFT or latency a benchmarked request may have
+# (a day; HTTP clients and serving benchmarks give up within hours)
+DURATION_SLACK_S = 1e-3  # seconds a request may end past its run's stated duration (rounding)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,58 @@ def check_trace(trace: pd.DataFrame) -> None:
                           f"missing column(s) {missing} (read it with traces.bench_results)")
     if len(trace) == 0:
         raise ConfigError("trace", 0, "has no requests")
+    check_measured(trace)
+
+
+def check_measured(trace: pd.DataFrame) -> None:
+    """ConfigError naming the column and first bad row unless every measured TTFT is a finite
+    number of seconds > 0 and every measured TPOT finite and >= 0 (NaN for one output)."""
+    ttft = trace["measured_ttft_s"].to_numpy(dtype=np.float64)
+    tpot = trace["measured_tpot_s"].to_numpy(dtype=np.float64)
+    one = trace["output_tokens"].to_numpy() <= 1
+    for column, bad in (("measured_ttft_s", ~(np.isfinite(ttft) & (ttft > 0))),
+                        ("measured_tpot_s", ~((np.isfinite(tpot) & (tpot >= 0))
+                                              | (np.isnan(tpot) & one)))):
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ConfigError(f"trace.{column}", trace[column].iloc[row], (
+                f"row {row}: a measured time must be a finite number of seconds (TTFT > 0, "
+                f"TPOT >= 0); sim.bench_replay.usable_rows drops such rows with a reason"))
+
+
+def usable_rows(trace: pd.DataFrame, duration_s: float | None = None,
+                measured_arrivals: bool = False) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The rows of a benchmark trace (traces.bench_results) whose measurements are physically
+    consistent, and how many of the others each reason dropped (first reason that applies):
+    TTFT finite and > 0, latency (measured_e2e_s) finite, >= TTFT, > TTFT with more than one
+    output, within MAX_LATENCY_S and the run's `duration_s`; with `measured_arrivals`, each
+    request also ends within the duration after the first was sent."""
+    ttft = trace["measured_ttft_s"].to_numpy(dtype=np.float64)
+    outs = trace["output_tokens"].to_numpy()
+    e2e = (trace["measured_e2e_s"].to_numpy(dtype=np.float64) if "measured_e2e_s" in trace
+           else ttft + np.nan_to_num(trace["measured_tpot_s"].to_numpy(dtype=np.float64))
+           * np.maximum(outs - 1, 0))
+    limit = MAX_LATENCY_S if duration_s is None else min(MAX_LATENCY_S,
+                                                        duration_s + DURATION_SLACK_S)
+    ends = trace["arrival_s"].to_numpy(dtype=np.float64) + e2e
+    checks = (
+        ("TTFT not a finite number of seconds > 0", ~(np.isfinite(ttft) & (ttft > 0))),
+        (f"TTFT above {limit:g} s (the run's duration, at most a day)", ttft > limit),
+        ("latency not a finite number of seconds", ~np.isfinite(e2e)),
+        ("latency below TTFT", e2e < ttft),
+        (f"latency above {limit:g} s (the run's duration, at most a day)", e2e > limit),
+        ("no decode time: several output tokens, latency == TTFT (empty inter-token gaps)",
+         (outs > 1) & (e2e <= ttft)),
+        (f"ends past the run's duration of {duration_s!r} s after the first send",
+         np.full(len(trace), measured_arrivals and duration_s is not None)
+         & ~(ends <= (duration_s or 0.0) + DURATION_SLACK_S)))
+    dropped, keep = {}, np.ones(len(trace), dtype=bool)
+    for reason, bad in checks:
+        hit = keep & bad
+        if hit.any():
+            dropped[reason] = int(hit.sum())
+            keep &= ~hit
+    return trace[keep], dropped
 
 
 def check_factory(make_policy: object) -> None:

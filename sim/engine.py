@@ -34,7 +34,7 @@ import simpy
 
 from sim.admission import AdmissionControl
 from sim.errors import ConfigError
-from sim.executor import Executor
+from sim.executor import Executor, bad_step_time
 from sim.gc_pace import paced_gc
 from sim.overhead import OverheadClock, SchedulingOverhead
 from sim.policy import Policy
@@ -165,12 +165,15 @@ class Simulation:
         """Apply the context limit, then hand the request to the policy; False when rejected.
         Every rejection and every cut output is an event (kind, request id, reason: detail)."""
         ok = self.max_model_len is None or r.apply_max_model_len(self.max_model_len, now)
+        cut = f"{r.reason}: {r.reason_detail}" if ok and r.reason else ""  # output cut
         admission = self.admission
         ok = ok and (admission is None or admission.check(r, now))
         ok = ok and self.policy.add_request(r, now)
         if ok and admission is not None:
             admission.admitted(r)
         if not ok:
+            if cut:  # cut, then turned away: both events (the rejection overwrote the reason)
+                self.recorder.event(now, "cut", r.request_id, cut)
             self.recorder.event(now, "rejected", r.request_id, f"{r.reason}: {r.reason_detail}")
         elif r.reason:
             self.recorder.event(now, "cut", r.request_id, f"{r.reason}: {r.reason_detail}")
@@ -244,6 +247,8 @@ class Simulation:
                 result = executor.execute(step, until)
             else:
                 result, sched, gap = clock.run(executor, step, until)
+            if not 0.0 <= result.duration_s < math.inf:  # NaN, inf or < 0: never a time
+                raise bad_step_time(executor, step, result)
             start = now
             reserved = policy.num_reserved_kv_tokens(instance_id)
             yield env.timeout(result.duration_s)

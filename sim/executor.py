@@ -27,6 +27,8 @@ from typing import Any, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
+from sim.errors import short_repr
+
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
@@ -197,3 +199,23 @@ def modelled_result(ends: np.ndarray, until_s: float, oom_at: int = 0) -> StepRe
         ends = before  # the step stops before it would fail
     kept = truncate_ends(ends, until_s)
     return StepResult(float(kept[-1]), kept)
+
+
+class StepTimeError(RuntimeError):
+    """An executor returned a step duration the simulated clock cannot take (not finite, or
+    negative): a NaN or infinite time would become a "finished" request with NaN latencies."""
+
+
+def bad_step_time(executor: object, step: Step, result: StepResult) -> StepTimeError:
+    """The StepTimeError naming the executor, its instance, the step and the duration; the
+    engine raises it where step results enter the simulation (sim/engine.py), after a
+    scheduling overhead's time is added (sim/overhead.py)."""
+    name = getattr(executor, "name", "") or ""
+    who = f"{type(executor).__name__}{f' {name!r}' if name else ''}"
+    return StepTimeError(
+        f"instance {step.instance_id}'s executor {who}: duration_s={result.duration_s!r} "
+        f"(scheduling overhead included) for a step of {step.num_seqs} request(s) (request_ids="
+        f"{short_repr(step.request_ids, 80)}, {step.num_first_tokens} new and "
+        f"{sum(step.num_context_tokens)} context tokens, {step.num_iterations} iteration(s)): "
+        f"a step must take a finite number of seconds >= 0; its cost model's inputs (GPU, "
+        f"model, MoE or link parameters) are out of range")

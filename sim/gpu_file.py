@@ -3,7 +3,9 @@
 A file (.yaml / .yml / .json) holds one mapping, read strictly: unknown, missing or duplicate
 keys, YAML 1.1 surprises (`yes`, `010`) and values of the wrong type are ConfigErrors naming
 `gpu.<key>` and the value (rebased to `cluster.gpu.<key>` by the config reader). Units follow
-vendor datasheets: GiB of device memory, decimal GB/s, dense (non-sparse) TFLOP/s. Example:
+vendor datasheets: GiB of device memory, decimal GB/s, dense (non-sparse) TFLOP/s. Each number
+must lie within `BOUNDS`, physical ranges far wider than any real GPU's (the error gives the
+range and why). Example:
 `experiments/configs/gpus/l40s.yaml`; reference: docs/hardware.md.
 
 This reader lives in sim/ (which may not import experiments' strict YAML loader): it uses
@@ -16,6 +18,7 @@ import json
 import math
 import re
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
 
 import yaml
@@ -29,6 +32,21 @@ GIB = 2**30  # bytes per GiB
 REQUIRED = ("name", "memory_gib", "hbm_bandwidth_gbps", "tensor_tflops", "fp32_tflops",
             "interconnect_gbps", "interconnect_latency_us")  # keys every GPU file names
 TENSOR_DTYPES = ("fp16", "fp8", "int8")  # tensor_tflops keys (fp16 stands for fp16 / bf16)
+# key -> (lowest, highest, unit, why): bounds a real GPU sits far inside; a value past them is a
+# typo or a unit mistake, and would give step times of 1e300 s (or inf / NaN) after a long run.
+BOUNDS: Mapping[str, tuple[float, float, str, str]] = MappingProxyType({
+    "memory_gib": (2.0**-10, 2.0**14, "GiB", "1 MiB to 16 TiB; the largest GPUs hold 288 GB"),
+    "hbm_bandwidth_gbps": (1.0, 1e6, "GB/s", "1 GB/s is below any GPU memory since the 1990s, "
+                           "1 PB/s over 100x today's fastest HBM (8 TB/s)"),
+    "tensor_tflops": (1e-3, 1e6, "TFLOP/s", "1 GFLOP/s to 1 EFLOP/s; today's largest dense "
+                      "peaks are about 5 PFLOP/s"),
+    "fp32_tflops": (1e-3, 1e6, "TFLOP/s", "1 GFLOP/s to 1 EFLOP/s; today's GPUs run 15-160 "
+                    "TFLOP/s of fp32"),
+    "interconnect_gbps": (1e-2, 1e5, "GB/s", "10 MB/s (slower than 100 Mb Ethernet) to 100 TB/s"
+                          " (over 100x NVLink 5's 0.9 TB/s per direction)"),
+    "interconnect_latency_us": (0.0, 1e5, "us", "0 to 100 ms, a round trip across a continent; "
+                                "collectives between GPUs take 5-100 us"),
+})
 _YAML11_SURPRISE = re.compile(r"^(?:[-+]?0[0-9_]+|yes|no|on|off|y|n)$", re.IGNORECASE)
 
 
@@ -88,13 +106,19 @@ def _load(path: Path) -> object:
 
 def _number(data: Mapping[str, Any], key: str, path: Path, *, allow_zero: bool = False,
             where: str = "gpu") -> float:
-    """data[key] as a finite float > 0 (>= 0 with allow_zero); ConfigError <where>.<key>."""
+    """data[key] as a finite float > 0 (>= 0 with allow_zero) within BOUNDS of `key` (of
+    `where` for tensor_tflops' dtypes; 0 is always allowed with allow_zero); ConfigError
+    <where>.<key>."""
     value = data[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(f"{where}.{key}", value, f"in {path}: must be a finite number")
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(f"{where}.{key}", value,
                           f"in {path}: must be {'>= 0' if allow_zero else '> 0'}")
+    lo, hi, unit, why = BOUNDS[key if where == "gpu" else where.removeprefix("gpu.")]
+    if not (lo <= value <= hi or (value == 0 and allow_zero)):
+        raise ConfigError(f"{where}.{key}", value,
+                          f"in {path}: must be in [{lo:g}, {hi:g}] {unit} ({why})")
     return float(value)
 
 

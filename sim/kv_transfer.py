@@ -27,6 +27,12 @@ from sim.errors import ConfigError
 
 GB = 1e9  # bytes per (decimal) gigabyte
 GBIT = 1e9 / 8  # bytes per gigabit
+# Physical bounds on a transfer's inputs; past them a value is a typo or a unit mistake, and
+# transfer times reach 1e20 s or more, where adding a step's milliseconds no longer moves the clock.
+MAX_LINK_LATENCY_S = 1.0  # seconds: links here take 1-20 us, a cross-continent round trip 0.1 s
+MIN_LINK_BANDWIDTH = 1e3  # bytes/s: 1 kB/s, slower than a 1990s dial-up modem
+MAX_MEASURED_S = 60.0  # seconds per measured message: profiles stop at 64 MiB (0.5 s at 1 Gb/s)
+MAX_KV_BYTES_PER_TOKEN = 2.0**30  # bytes: 1 GiB per token, 100x GPT-3 175B's fp32 KV (9.4 MB)
 
 
 class TransferLink(Protocol):
@@ -46,12 +52,16 @@ class Link:
     bandwidth_bytes_per_s: float  # bytes per second, one direction
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.latency_s, (int, float)) and 0 <= self.latency_s < math.inf):
-            raise ConfigError("latency_s", self.latency_s, "must be a number of seconds >= 0")
+        if not (isinstance(self.latency_s, (int, float))
+                and 0 <= self.latency_s <= MAX_LINK_LATENCY_S):
+            raise ConfigError("latency_s", self.latency_s, f"must be a number of seconds in "
+                              f"[0, {MAX_LINK_LATENCY_S:g}] (KV links take 1-20 us; a "
+                              f"cross-continent round trip 0.1 s)")
         if not (isinstance(self.bandwidth_bytes_per_s, (int, float))
-                and 0 < self.bandwidth_bytes_per_s):
+                and MIN_LINK_BANDWIDTH <= self.bandwidth_bytes_per_s):
             raise ConfigError("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s,
-                              "must be > 0 bytes per second (math.inf: a free link)")
+                              f"must be >= {MIN_LINK_BANDWIDTH:g} bytes per second (slower than "
+                              f"a dial-up modem; math.inf: a free link)")
 
     def seconds(self, num_bytes: float) -> float:
         """Seconds to move `num_bytes` bytes: latency + bytes / bandwidth."""
@@ -88,6 +98,17 @@ LINKS: dict[str, Link] = {
 LINK_ALIASES = {"infiniband_200g": "rdma_200g", "infiniband_400g": "rdma_400g"}
 
 
+def check_kv_bytes_per_token(field: str, value: float) -> None:
+    """ConfigError naming `field` unless 0 <= value <= MAX_KV_BYTES_PER_TOKEN bytes (0: take
+    the model's)."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float))
+                                       and 0 <= value <= MAX_KV_BYTES_PER_TOKEN):
+        raise ConfigError(field, value, (
+            f"must be a number of bytes in [0, {MAX_KV_BYTES_PER_TOKEN:.0f}] (0: from the model; "
+            f"the largest models hold a few MB of KV per token, GPT-3 175B 9.4 MB in fp32, and "
+            f"an 80 GB GPU would hold 80 tokens of 1 GiB)"))
+
+
 def link_preset(name: str, field: str = "link") -> Link:
     """The preset named `name` (or an alias); ConfigError naming `field` otherwise."""
     key = LINK_ALIASES.get(name, name)
@@ -108,12 +129,23 @@ class MeasuredLink:
 
     def __post_init__(self) -> None:
         s = np.asarray(self.sizes, dtype=np.float64)
-        if len(s) < 2 or len(s) != len(self.times_s) or not np.all(np.diff(s) > 0):
+        t = np.asarray(self.times_s, dtype=np.float64)
+        if len(s) < 2 or len(s) != len(t) or not np.all(np.diff(s) > 0):
             raise ConfigError("send_recv_csv", self.name, "needs >= 2 distinct sizes, one "
                               "time each")
-        if not self.tail_bytes_per_s > 0:
+        if not (np.all(np.isfinite(s)) and s[0] >= 0):
+            raise ConfigError("send_recv_csv", self.name, f"sizes must be finite numbers of "
+                              f"bytes >= 0; got {float(s[0])!r}..{float(s[-1])!r}")
+        bad = ~((t >= 0) & (t <= MAX_MEASURED_S))
+        if bad.any():
+            raise ConfigError("send_recv_csv", self.name, f"the time at size {float(s[bad][0])!r}"
+                              f" B is {float(t[bad][0])!r} s; each must be in [0, "
+                              f"{MAX_MEASURED_S:g}] s "
+                              f"(profiled messages stop at 64 MiB: 0.5 s even at 1 Gb/s)")
+        if not MIN_LINK_BANDWIDTH <= self.tail_bytes_per_s < math.inf:
             raise ConfigError("send_recv_csv", self.name, f"its largest sizes fit a bandwidth "
-                              f"of {self.tail_bytes_per_s!r} bytes/s; must be > 0")
+                              f"of {self.tail_bytes_per_s!r} bytes/s; must be finite and >= "
+                              f"{MIN_LINK_BANDWIDTH:g} (slower than a dial-up modem)")
 
     def seconds(self, num_bytes: float) -> float:
         """Interpolated seconds for `num_bytes` (below the smallest size: its time)."""

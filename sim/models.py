@@ -15,7 +15,8 @@ from typing import Any, Mapping
 
 from sim.errors import ConfigError, check_positive
 from sim.hf_config import (CONTEXT_KEYS, FIELD as HF_FIELD, MOE_LAYOUTS,
-                            check_moe_representable, check_representable, read_config)
+                            check_moe_representable, check_representable,
+                            check_some_moe_layer, config_file, read_config)
 from sim.jsonfile import int_value
 from sim.moe import MLASpec, MoESpec
 from sim.moe_config import mla_from_config, moe_from_config
@@ -258,24 +259,33 @@ def model_from_config_dict(cfg: Mapping[str, Any], name: str,
     gated = gated or (model_type == "chatglm" and "ffn_hidden_size" in cfg)  # ChatGLM2/3: SwiGLU
     if model_type == "qwen":
         inter //= 2  # Qwen(1) stores the sum of the two gated-MLP input widths
+    moe = moe_from_config(cfg, model_type, layers, inter) if moe_layout else None
+    if moe_layout and moe is None:  # experts named, yet no MoE layer: not a dense model
+        check_some_moe_layer(cfg, model_type, layers, source or name)
     return ModelSpec(
         name=name, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=inter,
         vocab_size=_int(cfg, ("padded_vocab_size", "vocab_size")), gated_mlp=gated,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings",
                                          model_type not in UNTIED_MODEL_TYPES)),
-        max_position_embeddings=_int(cfg, CONTEXT_KEYS),
-        moe=moe_from_config(cfg, model_type, layers, inter) if moe_layout else None, mla=mla)
+        max_position_embeddings=_int(cfg, CONTEXT_KEYS), moe=moe, mla=mla)
+
+
+def model_config_file(name_or_path: str | Path) -> Path | None:
+    """The file a `cluster.model` value reads (None: a built-in name); the one resolution the
+    model and the run identity (experiments/resume.py) share (`sim.hf_config.config_file`)."""
+    if _lookup(str(name_or_path)) is not None:
+        return None
+    return config_file(name_or_path)
 
 
 def model_from_hf_config(path_or_dir: str | Path) -> ModelSpec:
-    """Read a local HF `config.json` (or the folder holding it) into a ModelSpec."""
-    path = Path(path_or_dir)
-    config_dir = path.parent if path.is_file() else path
-    if not (config_dir / "config.json").is_file():
+    """Read a local HF config file (as named), or a folder's config.json, into a ModelSpec."""
+    file = config_file(path_or_dir)
+    if not file.exists() and file.name == "config.json":
         raise ConfigError("model", str(path_or_dir), "no config.json found there")
-    return model_from_config_dict(read_config(config_dir), config_dir.name,
-                                  str(config_dir / "config.json"), allow_moe=True)
+    name = file.parent.name if file.name == "config.json" else file.stem
+    return model_from_config_dict(read_config(file), name, str(file), allow_moe=True)
 
 
 def resolve_model(name_or_path: str | Path) -> ModelSpec:
@@ -283,7 +293,7 @@ def resolve_model(name_or_path: str | Path) -> ModelSpec:
     spec = _lookup(str(name_or_path))
     if spec is not None:
         return spec
-    if Path(name_or_path).exists():
+    if Path(name_or_path).expanduser().exists():
         return model_from_hf_config(name_or_path)
     raise ConfigError("model", str(name_or_path),
                       f"neither a built-in model nor an existing path; known: {', '.join(MODELS)}")

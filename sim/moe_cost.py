@@ -32,6 +32,13 @@ from sim.models import ModelSpec
 from sim.moe_routing import (busiest_rank_distinct, busiest_rank_rows, expected_max_normal,
                              inclusion_probabilities, popularity)
 
+# Zipf exponent of expert popularity, at most (dimensionless). Fits to measured MoE expert loads
+# give exponents of about 0.5-2 (docs/moe.md uses 1.0); at 64 the most popular expert already
+# gets 2**64 = 1.8e19 times the second's weight, so routing has collapsed onto the most popular
+# experts and a larger exponent describes nothing new, while past ~1075 the weights underflow
+# to 0 and the routing model returns NaN step times.
+MAX_EXPERT_ZIPF = 64.0
+
 
 def check_expert_parallel(model: ModelSpec, tensor_parallel: int, expert_parallel: int,
                           expert_zipf: float) -> None:
@@ -40,6 +47,12 @@ def check_expert_parallel(model: ModelSpec, tensor_parallel: int, expert_paralle
     if not isinstance(ep, int) or isinstance(ep, bool) or ep < 1:
         raise ConfigError("expert_parallel", ep, "must be an int >= 1")
     popularity(1, expert_zipf)  # a finite number >= 0
+    if expert_zipf > MAX_EXPERT_ZIPF:
+        raise ConfigError("expert_zipf", expert_zipf, (
+            f"must be <= {MAX_EXPERT_ZIPF:g}: measured MoE expert loads fit Zipf exponents of "
+            f"about 0.5-2; at {MAX_EXPERT_ZIPF:g} the top expert already outweighs the second "
+            f"2**{MAX_EXPERT_ZIPF:g}-fold (routing has collapsed), and past ~1075 the "
+            f"popularity weights underflow to 0 (NaN step times)"))
     if model.moe is None:
         if ep > 1 or expert_zipf:
             key, value = ("expert_parallel", ep) if ep > 1 else ("expert_zipf", expert_zipf)

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import pandas as pd
@@ -29,8 +30,11 @@ def fake_build(tmp_path: Path, source: str = "x = 1\n", interpreter: str | None 
     (src / "mod.py").write_text(source)
     build = tmp_path / "build"
     (build / "pkg").mkdir(parents=True)
+    binary = build / "pkg" / f"mod{EXTENSION_SUFFIXES[0]}"  # stands for the compiled module
+    binary.write_bytes(b"not really an extension module")
     manifest = {"interpreter": interpreter or interpreter_tag(),
-                "modules": {"pkg.mod": source_hash(src / "mod.py")}}
+                "modules": {"pkg.mod": source_hash(src / "mod.py")},
+                "binaries": {"pkg.mod": {"file": binary.name, "sha256": source_hash(binary)}}}
     (build / MANIFEST).write_text(json.dumps(manifest))
     return build, src
 

@@ -4,7 +4,9 @@
   summary keys and table rows); an empty cell is no class (the `default` class in tables).
 - `priority` (int64): lower is more important, as vLLM's priority; an empty cell is 0.
 - `timeout_s` (float64 seconds > 0): the client gives up that long after arrival (the request is
-  cancelled); an empty cell is no timeout (NaN).
+  cancelled); an empty cell, `nan` and `inf` all mean no timeout (NaN in the frame, an infinite
+  `timeout_s` on the request): CSV readers turn `nan` into an empty cell, so both spellings of
+  "never gives up" are read alike. 0, negative numbers and other text are refused.
 
 A bad cell raises `TraceError` naming the source, row, column and value.
 """
@@ -81,14 +83,16 @@ def _integer(value: object) -> int | None:
 
 
 def to_timeouts(values: pd.Series, *, source: str, field: str, lines: Lines) -> np.ndarray:
-    """float64 timeouts in seconds > 0, NaN for empty cells (no timeout)."""
+    """float64 timeouts in seconds > 0; NaN (no timeout) for an empty cell, a NaN and an
+    infinite timeout alike: a client that never gives up has none, however it is written."""
     nums = [_seconds(v) for v in values]
-    bad = [i for i, n in enumerate(nums) if n is not None and not 0 < n < math.inf]
+    bad = [i for i, n in enumerate(nums) if n is not None and not n > 0 and n == n]
     bad = sorted(bad + [i for i, n in enumerate(nums) if n is None and not is_missing(
         values.iloc[i])])
-    _fail(source, field, values, bad, lines, "a timeout must be a finite number of seconds > 0 "
-                                             "(or empty: none)")
-    return np.asarray([math.nan if n is None else n for n in nums], dtype=np.float64)
+    _fail(source, field, values, bad, lines, "a timeout must be a number of seconds > 0 "
+                                             "(empty, nan or inf: none)")
+    return np.asarray([math.nan if n is None or not n < math.inf else n for n in nums],
+                      dtype=np.float64)
 
 
 def _seconds(value: object) -> float | None:

@@ -13,6 +13,7 @@ import codecs
 import gzip
 import io
 import json
+import stat
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,10 +48,22 @@ class ExactFloat(float):
 
 
 def existing_file(path: str | Path) -> Path:
-    """`path` as a Path; FileNotFoundError naming it when it is not a file."""
+    """`path` (`~` expanded) as a Path to a regular file, checked before anything opens it:
+    FileNotFoundError naming it when nothing is there, TraceError when it is not a regular file
+    (a FIFO or a link to /dev/zero would block or never end a read or a hash)."""
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise FileNotFoundError(f"trace file not found: {p}")
+    try:
+        mode = p.stat().st_mode  # follows links; never opens the file
+    except FileNotFoundError:
+        raise FileNotFoundError(f"trace file not found: {p}") from None
+    except OSError as exc:
+        raise TraceError(str(p), f"cannot read the trace file: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket"
+                if stat.S_ISSOCK(mode) else "a special file")
+        raise TraceError(str(p), f"not a regular file ({kind}); a trace must be a file on disk "
+                                 f"(it is hashed and read whole)")
     return p
 
 

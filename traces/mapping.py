@@ -26,7 +26,7 @@ from traces.columns import Lines, is_missing, row_label, where_text
 from traces.files import check_limit, existing_file, iter_jsonl, read_csv_cells
 from traces.schema import (BLOCK_COLUMN, BLOCK_TOKENS_COLUMN, REQUIRED_COLUMNS, STRING_COLUMNS,
                            require_rows, validate_trace)
-from traces.times import relative_seconds
+from traces.times import relative_seconds, roll_midnights, time_of_day_only
 
 SCHEMA_COLUMNS: tuple[str, ...] = (*REQUIRED_COLUMNS, *STRING_COLUMNS, BLOCK_COLUMN,
                                    BLOCK_TOKENS_COLUMN, *CLASS_COLUMNS)
@@ -189,7 +189,10 @@ def parse_dates(values: pd.Series, fmt: str, source: str, column: str,
         i = int(bad[0])
         _bad_date(source, column, lines, i, values.iloc[i],
                   f"does not parse as {fmt} ({bad.size} bad row{'s' if bad.size > 1 else ''})")
-    return [int(t.value) for t in parsed]
+    nanos = [int(t.value) for t in parsed]
+    if fmt != "iso8601" and time_of_day_only(fmt):  # one date for all: roll at midnights
+        return roll_midnights(nanos, source=source, field=column, values=values, lines=lines)
+    return nanos
 
 
 def _one_date(text: str, pattern: str) -> pd.Timestamp | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.errors import ConfigError
+from traces.files import existing_file
 
 DATA_DIR_ENV = "SIMSERVE_DATA_DIR"
 
@@ -54,8 +55,8 @@ def shared_trace_path(name: str, data_dir: str | Path | None = None) -> Path:
     entry = SHARED_TRACES[name]
     root = Path(data_dir) if data_dir is not None else default_data_dir()
     path = root / entry.relpath
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(
             f"shared trace {name!r} not found at {path}; download the public original from "
             f"{entry.origin} and save it there (or set {DATA_DIR_ENV} to the data directory)")
-    return path
+    return existing_file(path)  # a regular file (TraceError for a FIFO, a device, ...)

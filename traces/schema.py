@@ -12,7 +12,7 @@ tokens each block id covers, e.g. 512 for Mooncake; prefix caching needs it, see
 `sim/prefix_keys.py`). Non-empty `block_ids` without a `block_tokens` column are an error (prefix
 caching could not use them; the Mooncake loader sets 512). Request classes (docs/classes.md):
 `class` (str), `priority` (int64, lower first; empty: 0) and `timeout_s` (float64 seconds > 0;
-empty: none), coerced by `traces.class_columns`. Any other column is kept as is.
+empty, nan or inf: none), coerced by `traces.class_columns`. Any other column is kept as is.
 
 Unsorted arrivals are not an error: `validate_trace` sorts rows stably by `arrival_s` (ties keep
 their file order) and emits an `UnsortedTraceWarning` saying how many rows moved. Real traces are

@@ -8,11 +8,18 @@ arithmetic, and only the relative time is rounded. Values already stored as bina
 pandas) are refused when float64 cannot resolve a microsecond at their magnitude, since their
 precision was lost before the file was written. After the shift, a span longer than MAX_SPAN_S is
 refused too (float64 would no longer resolve microseconds of simulated time).
+
+Times of day without a date (a strftime pattern such as `%H:%M:%S`, `roll_midnights`) are read
+in file order: a step back of more than 12 hours is a crossing of midnight, and that row and
+the rows after it are a day later (an `UnsortedTraceWarning`-like `MidnightWarning` says where).
+After a crossing, a step forward of more than 12 hours could be a long gap or a row logged
+before the crossing: that is ambiguous, so it is a TraceError naming the row.
 """
 
 from __future__ import annotations
 
 import decimal
+import warnings
 from decimal import Decimal
 
 import numpy as np
@@ -25,6 +32,49 @@ from traces.files import ExactFloat
 MAX_SPAN_S = MAX_ARRIVAL_S  # seconds (1e9, ~32 years); float64 resolves ~1.2e-7 s there
 RESOLUTION_S = 1e-6  # seconds; the finest time step a trace's arrivals must keep
 _EXACT = decimal.Context(prec=80)  # digits for exact differences of decimal times
+DAY_NS = 86_400 * 10**9  # nanoseconds in a day
+DATE_CODES = frozenset("dmjbBhyYGcxDFsUWV")  # strftime codes that set a date (not time of day)
+
+
+class MidnightWarning(UserWarning):
+    """Times of day without a date crossed midnight; later rows were moved to the next day."""
+
+
+def time_of_day_only(pattern: str) -> bool:
+    """Whether a strftime pattern has no code that sets a date (`%H:%M:%S`, `%I:%M %p`)."""
+    codes, i = [], 0
+    while i < len(pattern) - 1:
+        if pattern[i] == "%":
+            codes.append(pattern[i + 1])
+            i += 2
+        else:
+            i += 1
+    return not any(code in DATE_CODES for code in codes)
+
+
+def roll_midnights(nanos: list[int], *, source: str, field: str, values: pd.Series,
+                   lines: Lines) -> list[int]:
+    """Times of day (nanoseconds, one date) in file order, each moved by the midnights crossed
+    before it: a step back of more than 12 h is a crossing. TraceError at a step forward of
+    more than 12 h after a crossing (a gap or a row logged out of order: ambiguous)."""
+    out: list[int] = []
+    day, crossed = 0, []
+    for i, t in enumerate(nanos):
+        at = t + day * DAY_NS
+        if out and at < out[-1] - DAY_NS // 2:
+            day, at = day + 1, at + DAY_NS
+            crossed.append(i)
+        elif out and day and at > out[-1] + DAY_NS // 2:
+            _fail_at(source, field, values, lines, np.array([i]), (
+                f"times of day without a date crossed midnight before this row, then jump "
+                f"{(at - out[-1]) / 3.6e12:.1f} h forward: a long gap or a row logged before "
+                f"midnight cannot be told apart; write dates in the timestamps"))
+        out.append(at)
+    if crossed:
+        warnings.warn(f"{source}: times of day in {field!r} crossed midnight {len(crossed)} "
+                      f"time(s), first at {where_text(crossed[0], lines)}; rows from there are "
+                      f"read as the next day", MidnightWarning, stacklevel=3)
+    return out
 
 
 def relative_seconds(values: pd.Series, *, source: str, field: str, lines: Lines,
