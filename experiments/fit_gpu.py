@@ -6,9 +6,10 @@
 Starts from the GPU's current parameters (`sim.gpu_params.stage_params_for`), refits every stage
 the profile measures at TP 1 (`sim.stage_fit.fit_from_profile_dir`: GEMMs and small kernels from
 mlp.csv, attention from attention.csv, all-reduce from network/all_reduce.csv), keeps the rest
-(sampler, CPU/engine, all-reduce launch), prints the median |error| before and after on the
-profile's own rows (`sim.stage_eval`) and writes a JSON usable as
-`cluster.cost_model: {kind: stage, params: params.json}`.
+(the sampler), prints the median |error| before and after on the profile's own rows
+(`sim.stage_eval`) and writes a JSON usable as `cluster.cost_model: {kind: stage, params:
+params.json}`, with the default host preset's terms (`sim/host_presets.py`: no profile row
+measures an engine's host work).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sim.cost_model import DeploymentSpec
 from sim.errors import ConfigError, TraceError
 from sim.gpu_params import get_stage_gpu, stage_params_for
 from sim.hardware import GPUSpec
+from sim.host_presets import DEFAULT_HOST, apply_host
 from sim.models import ModelSpec, resolve_model
 from sim.profile_tables import ProfileTables, load_profiles
 from sim.stage_eval import compare, summarize
@@ -92,8 +94,10 @@ def result_dict(fitted: StageParams, table: pd.DataFrame, tables: ProfileTables,
                    "profile_gpu": tables.gpu, "model": args.model, "gpu": gpu.name,
                    "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                    "start": f"sim.gpu_params.stage_params_for({gpu.name!r})",
-                   "kept": "sampler_*, cpu_*, allreduce_launch_s (no profile row measures "
-                           "them); allreduce too when the profile has no all_reduce rows"},
+                   "kept": "sampler_*; allreduce too when the profile has no all_reduce rows",
+                   "host": f"{DEFAULT_HOST} (sim/host_presets.py: cpu_*, allreduce_launch_s and "
+                           f"the small-message all-reduce are the preset's; no profile row "
+                           f"measures them)"},
         "errors": table.to_dict(orient="records"),
         "stage_params": params_to_dict(fitted),
     }
@@ -130,8 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{tables.source}: {tables.model} on {tables.gpu}, TP {tables.tensor_parallel_degrees}"
           f"; fitted from {gpu.name}'s current parameters")
     print(format_table(table))
-    if args.out:
-        data = result_dict(fitted, table, tables, args, gpu)
+    if args.out:  # the set a simulation uses by default: the fit under today's host terms
+        data = result_dict(apply_host(fitted, DEFAULT_HOST, gpu), table, tables, args, gpu)
         Path(args.out).write_text(json.dumps(data, indent=2) + "\n")
         print(f"-> {args.out}  (use: cluster.cost_model: {{kind: stage, params: {args.out}}})")
     return 0

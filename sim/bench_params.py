@@ -90,9 +90,12 @@ def fit_space(cluster: ClusterSpec) -> FitSpace:
         base = roofline_config(options)  # ConfigError naming a bad key
         start = {k: float(getattr(base, k)) for k in FIT_PARAMS}
         return FitSpace("roofline", FIT_PARAMS, start, DEFAULT_FIT, STEP_FIELD["roofline"])
-    from sim.gpu_params import stage_params_for
+    from sim.gpu_params import get_stage_gpu, stage_params_for
+    from sim.hardware import GPUSpec
     from sim.stage_params_config import resolve_stage_params
 
-    params = resolve_stage_params(lambda: stage_params_for(cluster.gpu), options, CHOICE_KEYS)
+    gpu = cluster.gpu if isinstance(cluster.gpu, GPUSpec) else get_stage_gpu(cluster.gpu)
+    params = resolve_stage_params(lambda: stage_params_for(cluster.gpu), options, CHOICE_KEYS,
+                                  gpu)
     start = {k: float(getattr(params, k)) for k in STAGE_FIT_PARAMS}
     return FitSpace("stage", STAGE_FIT_PARAMS, start, STAGE_DEFAULT_FIT, STEP_FIELD["stage"])

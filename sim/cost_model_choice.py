@@ -26,7 +26,7 @@ from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
 from sim.errors import ConfigError
 
 KINDS = ("roofline", "stage", "profile")  # cluster.cost_model.kind values
-CHOICE_KEYS = ("kind", "profiles", "params")  # keys of cost_model that are not model fields
+CHOICE_KEYS = ("kind", "profiles", "params", "host")  # cost_model keys that are not fields
 WHERE = "cluster.cost_model"  # the config field these options live in
 
 
@@ -57,6 +57,10 @@ def cost_model_kind(options: Mapping[str, Any]) -> str:
     if kind == "roofline" and "params" in options:
         raise ConfigError(f"{WHERE}.params", options["params"],
                           "a stage parameter file: only with kind: stage or profile")
+    if kind == "roofline" and "host" in options:
+        raise ConfigError(f"{WHERE}.host", options["host"],
+                          "a host preset: only with kind: stage or profile (the roofline has "
+                          "step_overhead_s)")
     return kind
 
 
@@ -100,7 +104,7 @@ def build_cost_model(deployment: DeploymentSpec, options: Mapping[str, Any]) -> 
     from sim.stage_params_config import resolve_stage_params
 
     params = resolve_stage_params(lambda: stage_params_for(deployment.gpu), options,
-                                  CHOICE_KEYS)
+                                  CHOICE_KEYS, deployment.gpu)
     stage = StageCostModel(deployment, params)
     if kind == "stage":
         return stage

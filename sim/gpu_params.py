@@ -4,15 +4,23 @@ A100-80GB is FITTED (`sim.stage_fit.fit_stage_params` from `FIT_START`, least sq
 log-time; tests/test_fidelity_stage.py refits and compares) on the shared
 A100 profile of Llama-2-7B at TP 1 (`../shared/data/profiles/a100/`: Vidur's mlp.csv rows at
 num_tensor_parallel_workers=1, the 47 attention_sample.csv rows, the intra-node all_reduce.csv
-curve). Every other GPU is DERIVED from that fit by `derive_params`:
+curve). H100-80GB is FITTED the same way (`python -m experiments.fit_gpu`) on Vidur's measured
+H100 profile (github.com/microsoft/vidur, data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/
+mlp.csv TP-1 rows and data/profiling/network/h100_dgx/all_reduce.csv); its attention rows are
+stored with Git LFS and were not reachable, so its attention terms are derived from the A100
+fit. Every other GPU is DERIVED from the nearest fit by `derive_params` (H200 from the H100,
+the rest from the A100):
   * efficiencies (fractions of the GPU's own datasheet peak) are kept: the same kernels
     (cuBLAS GEMMs, FlashAttention / paged attention, fused norms) reach similar fractions of
     peak across NVIDIA generations;
   * gemm_half_tokens is scaled by the GPU's ridge point (peak FLOP/s / HBM bytes/s) over the
-    A100-80GB's, so the memory- to compute-bound transition sits at the same place relative to
+    reference's, so the memory- to compute-bound transition sits at the same place relative to
     the roofline ridge (H100: 295 FLOP/B vs 153 -> x1.93);
-  * fixed per-kernel and per-layer costs are kept (launch + tail latencies of a few microseconds
-    are about the same on every GPU from V100 to H200);
+  * fixed per-kernel and per-layer costs (launch and tail latencies of a few microseconds) scale
+    with the inverse of the GPU's boost clock (`BOOST_CLOCK_MHZ`): a kernel's fixed part is a
+    number of cycles. Checked on the measured H100 profile: the A100 fit derived this way
+    predicts its dense-layer rows within 8.4% median in every regime at TP 1-8 (3.0-8.4%),
+    where keeping the A100's fixed costs missed small-batch decode at TP 8 by +35%;
   * all-reduce: bus bandwidth = the A100 fit's fraction of its per-direction NVLink bandwidth
     (hardware.py, 300 GB/s) times the GPU's own interconnect bandwidth; latency = the A100 fit's
     plus (the GPU's interconnect_latency_s - the A100's): +12 us over PCIe;
@@ -24,6 +32,7 @@ magnitude estimates from issue 12 (cause 5: an end-to-end engine pays ~10x the r
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Mapping
@@ -39,6 +48,11 @@ L40S = GPUSpec("L40S", 46068 * MIB, 864 * GB, 362 * TFLOPS, 91.6 * TFLOPS, 32 * 
                PCIE_LATENCY_S)
 
 A100_REF = GPUS["A100-80GB"]  # the GPU the reference parameters were fitted on
+
+# SM boost clocks (MHz) from NVIDIA's datasheets: fixed kernel costs scale with their inverse
+BOOST_CLOCK_MHZ: Mapping[str, float] = MappingProxyType({
+    "V100-32GB": 1530.0, "A10G": 1710.0, "A100-40GB": 1410.0, "A100-80GB": 1410.0,
+    "H100-80GB": 1980.0, "H200": 1980.0, "L40S": 2520.0})
 
 # Fitted on the shared A100 Llama-2-7B profile (rows named per field); see the module doc.
 A100_80GB_PARAMS = StageParams(
@@ -78,6 +92,13 @@ def _ridge(gpu: GPUSpec) -> float:
     return gpu.peak_tensor_flops / gpu.hbm_bandwidth  # FLOP per byte
 
 
+def clock_ratio(gpu: GPUSpec, ref_gpu: GPUSpec) -> float:
+    """The reference GPU's boost clock over `gpu`'s (1 when either is not listed: a GPU file's
+    own GPU keeps the reference's fixed costs)."""
+    mine, ref = BOOST_CLOCK_MHZ.get(gpu.name), BOOST_CLOCK_MHZ.get(ref_gpu.name)
+    return ref / mine if mine and ref else 1.0
+
+
 def derive_params(gpu: GPUSpec, ref: StageParams = A100_80GB_PARAMS,
                   ref_gpu: GPUSpec = A100_REF) -> StageParams:
     """`ref` (fitted on `ref_gpu`) carried over to `gpu` by the rules of the module doc."""
@@ -89,8 +110,37 @@ def derive_params(gpu: GPUSpec, ref: StageParams = A100_80GB_PARAMS,
         tuple(bw * link for bw in ar.bus_bandwidth),
         tuple(max(0.0, lat + extra_lat) for lat in ar.ll_latency_s),
         tuple(bw * link for bw in ar.ll_bus_bandwidth))
+    clock = clock_ratio(gpu, ref_gpu)
     return replace(ref, gemm_half_tokens=ref.gemm_half_tokens * _ridge(gpu) / _ridge(ref_gpu),
-                   allreduce=allreduce)
+                   allreduce=allreduce, gemm_fixed_s=ref.gemm_fixed_s * clock,
+                   small_fixed_s=ref.small_fixed_s * clock,
+                   attn_prefill_fixed_s=ref.attn_prefill_fixed_s * clock,
+                   attn_decode_fixed_s=ref.attn_decode_fixed_s * clock)
+
+
+H100_REF = GPUS["H100-80GB"]  # the second fitted GPU
+
+# Fitted on Vidur's measured H100 profile (module doc): GEMMs and small kernels on the TP-1 rows
+# of Llama-2-7B's mlp.csv (num_tokens 1..4096), all-reduce on h100_dgx/all_reduce.csv; the
+# attention terms derived from the A100 fit (no H100 attention rows were reachable)
+H100_80GB_PARAMS = replace(
+    derive_params(H100_REF),
+    gemm_compute_eff=0.786,  # fit: mlp.csv TP1 attn_pre_proj/attn_post_proj/mlp_up/down_proj
+    gemm_half_tokens=185.0,  # fit: same GEMM rows
+    gemm_weight_eff=0.851,  # fit: same GEMM rows
+    gemm_fixed_s=6.04e-6,  # fit: same GEMM rows (A100 7.9 us x 1410 / 1980 MHz = 5.6 us)
+    norm_eff=0.383,  # fit: mlp.csv TP1 input_layernorm + post_attention_layernorm
+    rope_eff=0.503,  # fit: mlp.csv TP1 attn_rope
+    act_eff=0.575,  # fit: mlp.csv TP1 mlp_act
+    add_eff=1.0,  # fit: mlp.csv TP1 add (at its bound)
+    small_fixed_s=2.03e-6,  # fit: the five small-kernel ops together
+    allreduce=AllReduceParams(  # fit: h100_dgx/all_reduce.csv
+        num_workers=(2, 4, 8),  # GPUs per group measured on the H100 DGX
+        latency_s=(26.4e-6, 33.0e-6, 40.5e-6),  # fit: bulk protocol alpha per group size
+        bus_bandwidth=(327.7e9, 388.6e9, 375.6e9),  # fit: bulk beta (bytes/s); the A100-derived
+        # rule gave 255 / 242 / 229 GB/s
+        ll_latency_s=(26.4e-6, 33.0e-6, 28.1e-6),  # fit: NCCL LL protocol (8 GPUs only)
+        ll_bus_bandwidth=(327.7e9, 388.6e9, 302.4e9)))  # fit: LL beta (bytes/s)
 
 
 GPU_STAGE_PARAMS: Mapping[str, StageParams] = MappingProxyType({
@@ -99,18 +149,21 @@ GPU_STAGE_PARAMS: Mapping[str, StageParams] = MappingProxyType({
     # derived: the same GA100 chip with HBM2 at 1555 GB/s: ridge 201 vs 153 FLOP/B ->
     # gemm_half_tokens x1.31; NVLink 300 GB/s per direction as the A100-80GB: all-reduce kept
     "A100-40GB": derive_params(GPUS["A100-40GB"]),
-    # derived: 989 TFLOP/s / 3350 GB/s: ridge x1.93; NVLink 4 450 GB/s per direction: all-reduce
-    # bus bandwidth x1.5, latency kept
-    "H100-80GB": derive_params(GPUS["H100-80GB"]),
-    # derived: 989 TFLOP/s / 4800 GB/s: ridge x1.35; NVLink 450 GB/s: bus bandwidth x1.5
-    "H200": derive_params(GPUS["H200"]),
+    # fitted on Vidur's measured H100 profile (above)
+    "H100-80GB": H100_80GB_PARAMS,
+    # derived from the H100 fit: the same GH100 die and clocks with HBM3e at 4800 GB/s: ridge
+    # x0.70; the same NVLink 4 (450 GB/s per direction): all-reduce kept
+    "H200": derive_params(GPUS["H200"], H100_80GB_PARAMS, H100_REF),
     # derived: 362 TFLOP/s / 864 GB/s: ridge x2.74; PCIe 4.0 x16 (32 GB/s per direction):
-    # bus bandwidth x0.107 (about 17 GB/s), latency +12 us (PCIe vs NVLink collective latency)
+    # bus bandwidth x0.107 (about 17 GB/s), latency +12 us (PCIe vs NVLink collective latency);
+    # 2520 MHz: fixed costs x0.56
     "L40S": derive_params(L40S),
-    # derived: 70 TFLOP/s / 600 GB/s: ridge x0.76; PCIe 4.0: bus bandwidth x0.107, latency +12 us
+    # derived: 70 TFLOP/s / 600 GB/s: ridge x0.76; PCIe 4.0: bus bandwidth x0.107, latency +12 us;
+    # 1710 MHz: fixed costs x0.82
     "A10G": derive_params(GPUS["A10G"]),
     # derived: 125 TFLOP/s / 900 GB/s: ridge x0.91; NVLink 2 150 GB/s per direction: bus
-    # bandwidth x0.5. V100 has no FlashAttention-2: the A100's attention efficiencies are a guess
+    # bandwidth x0.5; 1530 MHz: fixed costs x0.92. V100 has no FlashAttention-2: the A100's
+    # attention efficiencies are a guess
     "V100-32GB": derive_params(GPUS["V100-32GB"]),
 })
 STAGE_GPUS: Mapping[str, GPUSpec] = MappingProxyType({**GPUS, L40S.name: L40S})
@@ -123,12 +176,24 @@ def get_stage_gpu(name: str) -> GPUSpec:
     return get_gpu(name)
 
 
+FITTED = ((A100_REF, A100_80GB_PARAMS), (H100_REF, H100_80GB_PARAMS))  # measured references
+
+
+def nearest_fit(gpu: GPUSpec) -> tuple[GPUSpec, StageParams]:
+    """The fitted GPU closest to `gpu` in (log HBM bandwidth, log tensor peak)."""
+    def distance(ref: GPUSpec) -> float:
+        return (math.log(gpu.hbm_bandwidth / ref.hbm_bandwidth) ** 2
+                + math.log(gpu.peak_tensor_flops / ref.peak_tensor_flops) ** 2)
+    return min(FITTED, key=lambda pair: distance(pair[0]))
+
+
 def stage_params_for(gpu: str | GPUSpec) -> StageParams:
     """The StageParams of a GPU by name or spec: its own set, else (a user's GPUSpec, e.g. from
-    a GPU file) derived from the A100 fit by the module doc's rules; ConfigError for an
-    unknown name."""
+    a GPU file) derived by the module doc's rules from the fitted GPU nearest to it (an
+    H100-like file from the H100 fit); ConfigError for an unknown name."""
     if isinstance(gpu, GPUSpec) and gpu.name not in GPU_STAGE_PARAMS:
-        return derive_params(gpu)
+        ref_gpu, ref = nearest_fit(gpu)
+        return derive_params(gpu, ref, ref_gpu)
     name = gpu.name if isinstance(gpu, GPUSpec) else get_stage_gpu(gpu).name
     if name not in GPU_STAGE_PARAMS:
         raise ConfigError("gpu", name, f"no stage parameters; known: "

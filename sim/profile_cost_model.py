@@ -142,6 +142,13 @@ class ProfileStageTimes:
         """The fallback's per-iteration cost (no table measures it)."""
         return self.fallback.step_fixed_s(num_seqs, num_sampled)
 
+    def step_total_s(self, layers_s, num_seqs: int, num_sampled: int):
+        """The fallback's composition of an iteration (its host work in series or beside)."""
+        compose = getattr(self.fallback, "step_total_s", None)
+        if compose is None:
+            return layers_s + self.step_fixed_s(num_seqs, num_sampled)
+        return compose(layers_s, num_seqs, num_sampled)
+
 
 class ProfileCostModel(ComposedCostModel):
     """Iteration times of a deployment from its measured tables (`iteration_times_from_sums`

@@ -48,9 +48,17 @@ class ComposedCostModel:
             per_layer += 2.0 * st.allreduce_s(self._hidden_bytes * tokens)
         return self.model.num_layers * per_layer
 
+    def _total(self, layers_s, num_seqs: int, num_sampled: int):
+        """Layers' seconds plus the per-step cost, as the stages compose them (a StageTimes
+        with `step_total_s` may run its host work beside the GPU's)."""
+        compose = getattr(self.stages, "step_total_s", None)
+        if compose is None:
+            return layers_s + self.stages.step_fixed_s(num_seqs, num_sampled)
+        return compose(layers_s, num_seqs, num_sampled)
+
     def iteration_time(self, shape: BatchShape, num_seqs: int, num_sampled: int) -> float:
         """Seconds of one iteration of `shape` (layers plus the fixed per-step cost)."""
-        return self.layers_s(shape) + self.stages.step_fixed_s(num_seqs, num_sampled)
+        return float(self._total(self.layers_s(shape), num_seqs, num_sampled))
 
     def iteration_times_from_sums(self, num_tokens: int, sum_context: int, sum_new_x_context: int,
                                   sum_new_squared: int, num_seqs: int, num_sampled: int,
@@ -73,10 +81,13 @@ class ComposedCostModel:
                 out[j] = self.iteration_time(BatchShape(0, 0.0, 0.0, b, kv0 + j - 1), b, b)
             return out
         kv = np.round(kv0 + np.arange(num_iterations - 1))  # as layers_s rounds a scalar kv
-        rest = self.iteration_time(BatchShape(0, 0.0, 0.0, 0, 0.0), b, b)  # fixed cost only
         st = self.stages
         per_layer = st.dense_layer_s(b) + np.asarray(many(b, kv))
         if self.tensor_parallel > 1:
             per_layer += 2.0 * st.allreduce_s(self._hidden_bytes * b)
-        out[1:] = self.model.num_layers * per_layer + rest
+        if getattr(st, "step_total_s", None) is None:
+            rest = self.iteration_time(BatchShape(0, 0.0, 0.0, 0, 0.0), b, b)  # fixed cost
+            out[1:] = self.model.num_layers * per_layer + rest
+        else:
+            out[1:] = self._total(self.model.num_layers * per_layer, b, b)
         return out

@@ -38,7 +38,7 @@ class StageCostModel:
                  "_half", "_gemm_fixed", "_small_fixed", "_small_spt", "_attn_fpp", "_attn_inv_c",
                  "_attn_half", "_attn_fixed", "_kv_bpt", "_kv_inv_large", "_dec_small",
                  "_dec_span", "_dec_half", "_dec_fixed", "_inv_bw", "_ar_fixed", "_ar_spb",
-                 "_ar_ll_fixed", "_ar_ll_spb", "_launch_floor",
+                 "_ar_ll_fixed", "_ar_ll_spb", "_launch_floor", "_overlap",
                  "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt", "_vocab_bytes", "_moe",
                  "_decode_cache")
 
@@ -56,6 +56,7 @@ class StageCostModel:
         shapes = ((h, qkv_out), (heads * hd, h), (h, up_out), (inter, h))  # (in, out) per GEMM
         self._layers = m.num_layers  # layers
         self._launch_floor = m.num_layers * p.cpu_launch_per_layer_s  # seconds per iteration
+        self._overlap = p.cpu_overlapped  # host work beside the GPU's (async scheduling)
         self._tp = tp  # GPUs in the group
         self._gemms = tuple(self._gemm_consts(k, o, wb) for k, o in shapes)  # per GEMM
         # s/FLOP at max eff: fp8 (W8A8) weights run the dense GEMMs on fp8 tensor cores
@@ -169,7 +170,8 @@ class StageCostModel:
                    self._ar_ll_fixed + self._ar_ll_spb * size_bytes)
 
     def host_s(self, num_seqs: int) -> float:
-        """CPU/engine seconds of one iteration (not overlapped with the GPU)."""
+        """CPU/engine seconds of one iteration (after the GPU's, or beside it when
+        `cpu_overlapped`)."""
         return self.params.cpu_step_s + self.params.cpu_per_seq_s * num_seqs
 
     def gpu_fixed_s(self, num_seqs: int, num_sampled: int) -> float:
@@ -188,6 +190,14 @@ class StageCostModel:
     def step_fixed_s(self, num_seqs: int, num_sampled: int) -> float:
         """`gpu_fixed_s` + `host_s`: every per-step cost outside the layers."""
         return self.gpu_fixed_s(num_seqs, num_sampled) + self.host_s(num_seqs)
+
+    def step_total_s(self, layers_s, num_seqs: int, num_sampled: int):
+        """An iteration from its layers' seconds (a float or an array): plus every per-step
+        cost, the host's in series or (`cpu_overlapped`) beside the GPU's."""
+        if self._overlap:
+            return np.maximum(layers_s + self.gpu_fixed_s(num_seqs, num_sampled),
+                              self.host_s(num_seqs))
+        return layers_s + self.step_fixed_s(num_seqs, num_sampled)
 
     # ---- iterations -------------------------------------------------------------------------
     @staticmethod
@@ -222,6 +232,8 @@ class StageCostModel:
         if d:
             attn += self._dec_fixed + kv * self._decode_s_per_kv_token(d)
         gpu = self._layers_s(num_tokens, attn) + self.gpu_fixed_s(num_seqs, num_sampled)
+        if self._overlap:
+            return max(gpu, self._launch_floor, self.host_s(num_seqs))
         return max(gpu, self._launch_floor) + self.host_s(num_seqs)
 
     def iteration_times_from_sums(self, num_tokens: int, sum_context: int, sum_new_x_context: int,
@@ -243,7 +255,10 @@ class StageCostModel:
         gpu = base + slope * kv_after
         if self._launch_floor:
             np.maximum(gpu, self._launch_floor, out=gpu)
-        out[1:] = gpu + host
+        if self._overlap:
+            out[1:] = np.maximum(gpu, host)
+        else:
+            out[1:] = gpu + host
         return out
 
     def _decode_terms(self, b: int) -> tuple[float, float, float]:
@@ -272,6 +287,8 @@ class StageCostModel:
             return ends
         base, slope, host = self._decode_terms(b)
         floor = self._launch_floor
+        if self._overlap:  # the host's work beside the GPU's: a floor like the launch one
+            floor, host = max(floor, host), 0.0
         e, kv0, append = first, sum_context + num_tokens, ends.append
         for j in range(1, num_iterations):
             gpu = base + slope * float(j * b + kv0)

@@ -15,7 +15,10 @@ and a fixed cost per kernel or per layer that does NOT divide by tensor parallel
               (NCCL's LL: less latency, less bandwidth; its tuner picks the faster);
   per step    sampler and CPU/engine costs; the GPU work of a step cannot finish before the host
               has launched it: max(GPU time, num_layers * cpu_launch_per_layer_s) (an eager
-              engine launching kernel by kernel; 0 for CUDA graphs, the default).
+              engine launching kernel by kernel; 0 for CUDA graphs, the default). The host work
+              follows the GPU work (in series), or with `cpu_overlapped` runs beside it
+              (asynchronous scheduling): the step takes the longer of the two.
+Host terms come from a named preset (`sim/host_presets.py`) over these per-GPU values.
 """
 
 from __future__ import annotations
@@ -117,6 +120,8 @@ class StageParams:
     cpu_per_seq_s: float  # seconds of CPU/engine work per scheduled sequence per iteration
     cpu_launch_per_layer_s: float = 0.0  # seconds of host launch work per layer per iteration
     # that the GPU work overlaps (a floor on it); 0: CUDA graphs replay a step in one launch
+    cpu_overlapped: bool = False  # host work runs beside the GPU step (async scheduling): a
+    # step takes the longer of the two, not their sum
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -124,6 +129,9 @@ class StageParams:
             if f.name == "allreduce":
                 if not isinstance(value, AllReduceParams):
                     raise ConfigError("allreduce", value, "must be an AllReduceParams")
+            elif f.name == "cpu_overlapped":
+                if not isinstance(value, bool):
+                    raise ConfigError(f.name, value, "must be true or false")
             elif f.name in EFFICIENCY_FIELDS:
                 _check_finite_nonneg(f.name, value, allow_zero=False)
                 check_fraction(f.name, value)

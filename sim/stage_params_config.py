@@ -1,6 +1,7 @@
 """StageParams from a config: a JSON parameter file and per-field overrides.
 
     cluster.cost_model: {kind: stage, cpu_step_s: 4e-3, gemm_fixed_s: 6e-6}
+    cluster.cost_model: {kind: stage, host: legacy}      # host terms: sim/host_presets.py
     cluster.cost_model: {kind: stage, params: FILE.json, cpu_step_s: 4e-3}
     cluster.cost_model: {kind: profile, profiles: DIR, cpu_step_s: 4e-3}   # the stage fallback
 
@@ -19,6 +20,8 @@ from dataclasses import fields, replace
 from typing import Any, Callable, Mapping
 
 from sim.errors import ConfigError
+from sim.hardware import GPUSpec
+from sim.host_presets import apply_host, host_preset
 from sim.jsonfile import read_json_object
 from sim.stage_params import EFFICIENCY_FIELDS, AllReduceParams, StageParams
 
@@ -27,7 +30,7 @@ PARAMS_KEY = "params"  # cost_model key naming a StageParams JSON file
 FILE_SECTION = "stage_params"  # the section of a parameter file that holds the fields
 META_KEYS = ("format", "version", "source", "errors")  # file keys that are not fields
 STAGE_FIELDS = tuple(f.name for f in fields(StageParams))  # every StageParams field name
-OPTIONAL_FIELDS = ("cpu_launch_per_layer_s",)  # fields a parameter file may leave at default
+OPTIONAL_FIELDS = ("cpu_launch_per_layer_s", "cpu_overlapped")  # a file may leave at default
 ALLREDUCE_KEYS = ("num_workers", "latency_s", "bus_bandwidth")  # AllReduceParams fields, required
 ALLREDUCE_LL_KEYS = ("ll_latency_s", "ll_bus_bandwidth")  # optional low-latency protocol
 
@@ -79,6 +82,10 @@ def check_value(where: str, name: str, value: Any) -> Any:
     """One StageParams field's value, checked; ConfigError naming `<where>.<name>`."""
     if name == "allreduce":
         return allreduce_from(f"{where}.allreduce", value)
+    if name == "cpu_overlapped":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}.{name}", value, "must be true or false")
+        return value
     number = _number(f"{where}.{name}", value)
     if name in EFFICIENCY_FIELDS and not 0 < number <= 1:
         raise ConfigError(f"{where}.{name}", value, "an efficiency: must be in (0, 1]")
@@ -150,18 +157,24 @@ def load_stage_params(path: str) -> StageParams:
 
 
 def resolve_stage_params(gpu_params: Callable[[], StageParams], options: Mapping[str, Any],
-                         skip: tuple[str, ...]) -> StageParams:
+                         skip: tuple[str, ...], gpu: GPUSpec | None = None) -> StageParams:
     """The `params` file's set when named, else `gpu_params()` (the GPU's own; not called
-    with a file, so a GPU without a built-in set can run from one), with the field overrides
-    of `options` on top (keys in `skip` are choice keys, not fields)."""
+    with a file, so a GPU without a built-in set can run from one), with the host preset
+    (`host`, sim/host_presets.py; `gpu` decides its all-reduce; a file keeps its own host
+    terms unless `host` is named) and then the field overrides of `options` on top (keys in
+    `skip` are choice keys, not fields)."""
     overrides = stage_overrides(options, skip)
+    host = host_preset(options)
     path = options.get(PARAMS_KEY)
     if path is None:
         base = gpu_params()
     elif isinstance(path, str):
         base = load_stage_params(path)
+        if "host" not in options:  # a parameter file is a whole set: its own host terms
+            host = "params"
     else:
         raise ConfigError(f"{WHERE}.{PARAMS_KEY}", path, "must be a path to a JSON file")
+    base = apply_host(base, host, gpu)
     if not overrides:
         return base
     try:

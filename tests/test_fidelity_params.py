@@ -22,6 +22,7 @@ from policies.simulate import simulate
 from sim.cluster import ClusterSpec, build_executors
 from sim.cost_model import DeploymentSpec
 from sim.errors import ConfigError
+from sim.host_presets import apply_host
 from sim.gpu_params import A100_80GB_PARAMS, stage_params_for
 from sim.hardware import get_gpu
 from sim.models import get_model
@@ -54,15 +55,17 @@ def write_params(path: Path, params: StageParams, wrap: bool = True) -> str:
 
 
 # ---- item 1: overrides and parameter files ----------------------------------------------------
-def test_defaults_are_unchanged() -> None:
-    assert model_of(kind="stage").params is A100_80GB_PARAMS
-    assert model_of().params is A100_80GB_PARAMS  # the stage model is the default
+def test_defaults_are_the_gpus_set_under_todays_vllm_host_terms() -> None:
+    today = apply_host(A100_80GB_PARAMS, "vllm", get_gpu("A100-80GB"))
+    assert model_of(kind="stage").params == today
+    assert model_of().params == today  # the stage model is the default
+    assert model_of(host="legacy").params is A100_80GB_PARAMS  # the set as it was
     assert model_of(kind="roofline").__class__.__name__ == "RooflineCostModel"
 
 
 def test_overrides_replace_fields_of_the_gpus_params() -> None:
     cost = model_of(kind="stage", cpu_step_s=4e-3, gemm_fixed_s=6e-6, cpu_per_seq_s=0)
-    assert cost.params == replace(A100_80GB_PARAMS, cpu_step_s=4e-3, gemm_fixed_s=6e-6,
+    assert cost.params == replace(model_of().params, cpu_step_s=4e-3, gemm_fixed_s=6e-6,
                                   cpu_per_seq_s=0.0)
     base = model_of(kind="stage")
     assert cost.dense_layer_s(16) == pytest.approx(base.dense_layer_s(16) - 4 * (7.88e-6 - 6e-6))
@@ -74,8 +77,9 @@ def test_overrides_replace_fields_of_the_gpus_params() -> None:
 def test_overrides_move_the_simulation() -> None:
     trace = make_trace([(0.0, 200, 40), (0.0, 50, 60)])
 
-    def duration(**extra: Any) -> float:
-        ex = build_executors(ClusterSpec(cost_model={"kind": "stage", **extra}))
+    def duration(**extra: Any) -> float:  # host work in series (legacy), then overridden
+        ex = build_executors(ClusterSpec(cost_model={"kind": "stage", "host": "legacy",
+                                                     **extra}))
         return simulate(trace, "vllm_v0", {}, ex).summary["duration_s"]
 
     assert duration(cpu_step_s=10e-3) > duration() + 60 * 7e-3
@@ -148,7 +152,7 @@ def test_a_gpu_without_a_builtin_set_derives_or_runs_from_a_params_file(tmp_path
 
     odd = GPUSpec("odd-gpu", 2**36, 1e12, 1e14, 1e13, 1e11, 0.0)
     dep = DeploymentSpec(get_model("llama-2-7b"), odd, activation_reserve_bytes=0)
-    derived = build_cost_model(dep, {"kind": "stage"}).params  # from the A100 fit's rules
+    derived = build_cost_model(dep, {"kind": "stage"}).params  # the nearest fit's (A100's) rules
     assert derived.gemm_compute_eff == A100_80GB_PARAMS.gemm_compute_eff
     assert derived.gemm_half_tokens != A100_80GB_PARAMS.gemm_half_tokens  # its own ridge point
     path = write_params(tmp_path / "p.json", TRUTH)
@@ -158,7 +162,7 @@ def test_a_gpu_without_a_builtin_set_derives_or_runs_from_a_params_file(tmp_path
 def test_kind_profile_takes_the_overrides_for_its_fallback(tmp_path: Path) -> None:
     root = write_profile(tmp_path / "prof", TRUTH)
     cost = model_of(kind="profile", profiles=str(root), cpu_step_s=9e-3)
-    assert cost.stages.fallback.params == replace(A100_80GB_PARAMS, cpu_step_s=9e-3)
+    assert cost.stages.fallback.params == replace(model_of().params, cpu_step_s=9e-3)
     cost = model_of(kind="profile", profiles=str(root), params=write_params(tmp_path / "p.json",
                                                                              TRUTH))
     assert cost.stages.fallback.params == TRUTH
@@ -215,7 +219,8 @@ def test_fit_gpu_recovers_the_fixture_parameters(tmp_path: Path, capsys: Any) ->
     np.testing.assert_allclose(fitted.allreduce.latency_s + fitted.allreduce.bus_bandwidth,
                                TRUTH.allreduce.latency_s + TRUTH.allreduce.bus_bandwidth,
                                rtol=1e-3)
-    assert fitted.cpu_step_s == A100_80GB_PARAMS.cpu_step_s  # host terms kept from the start
+    # host terms: the default preset's (no profile row measures them)
+    assert fitted.cpu_step_s == model_of().params.cpu_step_s and fitted.cpu_overlapped
     after = [r["median_abs_after"] for r in data["errors"]]
     before = [r["median_abs_before"] for r in data["errors"]]
     assert max(after) < 0.01 < max(before)  # in-sample: exact after, off before
