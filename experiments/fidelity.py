@@ -1,10 +1,14 @@
 """Fidelity report: predicted vs measured time of every profiled shape.
 
-    python -m experiments.fidelity PROFILE_DIR [--model llama-2-7b] [--gpu A100-80GB]
-        [--cost-model roofline|stage|profile] [--calibration FILE] [--out DIR]
+    python -m experiments.fidelity PROFILE_DIR [PROFILE_DIR ...] [--model llama-2-7b]
+        [--gpu A100-80GB] [--cost-model roofline|stage|profile] [--calibration FILE] [--out DIR]
 
-PROFILE_DIR is a Vidur-layout profile folder (e.g. ../shared/data/profiles; sim/profile_tables.py
-lists the layouts). For each TP degree in the tables the chosen cost model's stages
+Each PROFILE_DIR is a Vidur-layout profile folder (e.g. ../shared/data/profiles;
+sim/profile_tables.py lists the layouts). Without --model / --gpu, every (GPU, model) profile
+the folders hold whose GPU and model the simulator knows is reported, each with its own
+per-regime table and files under OUT/<gpu>__<model>/ (others are listed as skipped, with why);
+OUT/summary.csv then holds every report's rows. For each TP degree in the tables the chosen
+cost model's stages
 (sim/stage_times.py) are compared with the measured dense layers, attention rows, all-reduces and
 composed layer times (experiments/fidelity_rows.py). Prints median |error|, p90 |error| and the
 signed bias (median of predicted / measured - 1) per GPU, model, TP, stage and regime, and writes
@@ -29,7 +33,7 @@ import pandas as pd
 
 from experiments.fidelity_models import stages_factory
 from experiments.fidelity_rows import REGIMES, all_rows
-from sim.errors import ConfigError
+from sim.errors import ConfigError, TraceError
 from sim.hardware import get_gpu
 from sim.models import get_model
 from sim.profile_tables import load_profiles
@@ -98,7 +102,8 @@ def plot(rows: pd.DataFrame, path: Path, title: str) -> Path:
     return path
 
 
-def run_report(profile_dir: str | Path, model: str = "llama-2-7b", gpu: str = "A100-80GB",
+def run_report(profile_dir: str | Path, model: str | None = "llama-2-7b",
+               gpu: str | None = "A100-80GB",
                cost_model: str | None = None, calibration: str | None = None,
                out: str | Path | None = None) -> dict[str, Any]:
     """Build the rows and summary; write them (and the figure) under `out` when given.
@@ -141,9 +146,10 @@ def write_report(result: dict[str, Any], out: Path) -> None:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m experiments.fidelity",
                                 description=__doc__.split("\n")[0])
-    p.add_argument("profile_dir", help="Vidur-layout profile folder")
-    p.add_argument("--model", default="llama-2-7b")
-    p.add_argument("--gpu", default="A100-80GB")
+    p.add_argument("profile_dirs", nargs="+", metavar="profile_dir",
+                   help="Vidur-layout profile folders")
+    p.add_argument("--model", default=None, help="one model (default: every profiled one)")
+    p.add_argument("--gpu", default=None, help="one GPU (default: every profiled one)")
     p.add_argument("--cost-model", default=None, choices=("roofline", "stage", "profile"),
                    help="default stage (roofline with --calibration)")
     p.add_argument("--calibration", default=None, help="real.calibrate JSON (roofline)")
@@ -151,15 +157,83 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def profiles_to_report(folders: Sequence[str], model: str | None, gpu: str | None
+                       ) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """(folder, model, gpu) of each report, and the profiles skipped with why. A named
+    --model / --gpu picks it in every folder; otherwise every profile whose GPU and model are
+    known (the simulator's names or aliases) is reported."""
+    from sim.profile_layout import list_profiles
+
+    reports, skipped = [], []
+    for folder in folders:
+        if model is not None and gpu is not None:
+            reports.append((folder, model, gpu))
+            continue
+        for gpu_dir, model_dir in list_profiles(Path(folder)):
+            if (gpu is not None and get_gpu(gpu).name != _known(get_gpu, gpu_dir)) or \
+                    (model is not None and get_model(model).name != _known(get_model,
+                                                                          model_dir)):
+                continue
+            names = (_known(get_gpu, gpu_dir), _known(get_model, model_dir))
+            if None in names:
+                skipped.append(f"{folder}: {gpu_dir}/{model_dir} (unknown "
+                               f"{'GPU' if names[0] is None else 'model'})")
+                continue
+            reports.append((folder, names[1], names[0]))
+    return reports, skipped
+
+
+def _known(getter, name: str) -> str | None:
+    """The simulator's canonical name for a profile folder's GPU or model, or None."""
+    for candidate in (name, name.split("/")[-1]):
+        try:
+            return getter(candidate).name
+        except ConfigError:
+            continue
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    result = run_report(args.profile_dir, args.model, args.gpu, args.cost_model,
-                        args.calibration, args.out)
-    print(f"{result['model']} on {result['gpu']} ({result['profile_gpu']}/"
-          f"{result['profile_model']}), cost model: {result['cost_model']}")
-    print(markdown(result["summary"]))
-    print(f"wrote {args.out}/rows.csv, summary.csv, summary.json, fidelity.png")
+    try:
+        reports, skipped = profiles_to_report(args.profile_dirs, args.model, args.gpu)
+        if not reports:
+            raise ConfigError("profile_dir", args.profile_dirs, "no profile of a known GPU and "
+                              "model there" + (f"; skipped: {'; '.join(skipped)}"
+                                               if skipped else ""))
+        many = len(reports) > 1
+        results, used = [], set()
+        for folder, model, gpu in reports:
+            sub = _subfolder(args.out, model, gpu, used) if many else args.out
+            result = run_report(folder, model, gpu, args.cost_model, args.calibration, sub)
+            results.append(result)
+            print(f"\n{result['model']} on {result['gpu']} ({folder}: {result['profile_gpu']}/"
+                  f"{result['profile_model']}), cost model: {result['cost_model']}")
+            print(markdown(result["summary"]))
+    except (ConfigError, TraceError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in skipped:
+        print(f"skipped: {line}")
+    if many:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        pd.concat([r["summary"] for r in results]).to_csv(Path(args.out) / "summary.csv",
+                                                          index=False)
+        print(f"wrote {len(results)} reports under {args.out}/<gpu>__<model>/ and "
+              f"{args.out}/summary.csv")
+    else:
+        print(f"wrote {args.out}/rows.csv, summary.csv, summary.json, fidelity.png")
     return 0
+
+
+def _subfolder(out: str, model: str, gpu: str, used: set[str]) -> Path:
+    """OUT/<gpu>__<model>, numbered when two folders hold the same pair."""
+    safe = [part.replace("/", "_").replace(" ", "_") for part in (gpu, model)]
+    name, n = f"{safe[0]}__{safe[1]}", 2
+    while name in used:
+        name, n = f"{safe[0]}__{safe[1]}__{n}", n + 1
+    used.add(name)
+    return Path(out) / name
 
 
 if __name__ == "__main__":

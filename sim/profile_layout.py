@@ -63,6 +63,11 @@ def _entries(root: Path) -> list[tuple[str, str, Path]]:
     return found
 
 
+def list_profiles(root: Path) -> list[tuple[str, str]]:
+    """(GPU folder, org/model folder) of every profile under `root` (any layout above)."""
+    return [(gpu, model) for gpu, model, _ in _entries(Path(root))]
+
+
 def _pick(entries: list[tuple[str, str, Path]], wanted: str | None, index: int, field: str,
           canonical: object, root: Path) -> list[tuple[str, str, Path]]:
     present = sorted({e[index] for e in entries})

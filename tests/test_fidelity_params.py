@@ -259,3 +259,27 @@ def test_a_params_file_without_the_launch_floor_loads_with_none(tmp_path: Path) 
     assert cost[0].cost_model.params == A100_80GB_PARAMS
     eager = model_of(kind="stage", cpu_launch_per_layer_s=5e-4)
     assert eager.params.cpu_launch_per_layer_s == 5e-4
+
+
+def test_fidelity_reports_every_known_profile_of_every_folder(tmp_path: Path,
+                                                              capsys: Any) -> None:
+    """Issue 25: `experiments.fidelity DIR [DIR ...]` prints a per-regime table for each
+    (GPU, model) profile it knows and names the ones it skips."""
+    from experiments.fidelity import main as fidelity_main
+
+    first = write_profile(tmp_path / "one", TRUTH)
+    second = write_profile(tmp_path / "two", TRUTH)
+    odd = second / "a40" / "acme" / "mystery-7b"  # an unknown GPU and model: skipped
+    odd.mkdir(parents=True)
+    (second / "a100" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv").replace(odd / "mlp.csv")
+    assert fidelity_main([str(first), str(second), "--out", str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    assert text.count("| stage | TP | regime |") == 1 and "skipped:" in text
+    assert "a40/acme/mystery-7b" in text
+    assert (tmp_path / "out" / "rows.csv").is_file()  # one report: written at the top
+    third = write_profile(tmp_path / "three", TRUTH)
+    assert fidelity_main([str(first), str(third), "--out", str(tmp_path / "many")]) == 0
+    assert capsys.readouterr().out.count("| stage | TP | regime |") == 2
+    assert (tmp_path / "many" / "summary.csv").is_file()
+    assert (tmp_path / "many" / "A100-80GB__llama-2-7b__2" / "rows.csv").is_file()
+    assert fidelity_main([str(tmp_path / "two" / "a40"), "--out", str(tmp_path / "x")]) == 2
