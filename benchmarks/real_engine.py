@@ -27,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sim.errors import ConfigError, check_positive  # noqa: E402
 from sim.executor import Step  # noqa: E402
 
 
@@ -149,7 +150,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    res = run(args)
+    try:
+        for flag in ("context", "prefill_tokens", "reps"):
+            check_positive(f"--{flag.replace('_', '-')}", getattr(args, flag))
+        for batch in args.batches:
+            check_positive("--batches", batch)
+        res = run(args)
+    except (ConfigError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(format_result(res))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -180,9 +180,32 @@ def row(f: Figures, base: dict[str, float]) -> str:
             f"{f.peak_rss_mib:>14,.0f}{per / base[f.policy]:>12.2f}{f.total_s:>11.2f}")
 
 
+def size_list(text: str) -> list[int]:
+    """`--sizes`: comma-separated request counts, each >= 1 (an argparse type)."""
+    try:
+        sizes = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers") from None
+    if min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: each size must be >= 1")
+    return sizes
+
+
+def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage error (exit 2) for an unknown policy or a rate <= 0, before any child runs."""
+    for name in args.policies.split(","):
+        try:
+            resolve_policy(name)
+        except SystemExit as why:
+            ap.error(f"--policies: {why.code}")
+    if not args.rate > 0:  # NaN too
+        ap.error(f"--rate={args.rate}: must be > 0 (req/s)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="10000,100000,1000000", help="requests, comma-separated")
+    ap.add_argument("--sizes", type=size_list, default="10000,100000,1000000",
+                    help="requests, comma-separated")
     ap.add_argument("--policies", default="vllm_v0,vllm,sarathi,orca", help="comma-separated")
     ap.add_argument("--cost-model", choices=COST_MODELS, default="roofline",
                     help="cluster.cost_model.kind, always passed explicitly")
@@ -198,7 +221,8 @@ def main() -> None:
         child(args.child[0], int(args.child[1]), args.rate, args.seed, args.cost_model,
               time.perf_counter(), args.in_memory)
         return
-    sizes = [int(s) for s in args.sizes.split(",")]
+    check_args(ap, args)
+    sizes = args.sizes
     os.environ.pop("SERVESIM_COMPILED", None)  # each child is told which modules to run
     if args.compiled:
         ensure_compiled()

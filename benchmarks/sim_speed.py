@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.cluster import ClusterSpec, build_executors  # noqa: E402
 from policies.simulate import simulate  # noqa: E402
+from sim.errors import ConfigError, TraceError  # noqa: E402
 from traces.paths import default_data_dir  # noqa: E402
 from traces.registry import load_trace, shared_trace_path  # noqa: E402
 
@@ -38,6 +39,17 @@ def cost_model_options(kind: str) -> dict:
     return {"kind": "profile", "profiles": str(default_data_dir() / "profiles")}
 
 
+def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage error (exit 2) naming the flag, before the trace is read."""
+    from policies.registry import policy_names
+
+    if args.policy not in policy_names():
+        ap.error(f"--policy={args.policy!r}: unknown; known: {', '.join(policy_names())}")
+    for flag in ("instances", "repeat"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag}={getattr(args, flag)}: must be >= 1")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="orca")
@@ -46,10 +58,15 @@ def main() -> None:
     ap.add_argument("--cost-model", choices=COST_MODELS, default="stage",
                     help="cluster.cost_model.kind (profile: the shared A100 profile)")
     args = ap.parse_args()
-    trace = load_trace(shared_trace_path("azure_conv"))
-    executors = build_executors(ClusterSpec(model="llama-2-7b", gpu="A100-80GB",
-                                            num_instances=args.instances,
-                                            cost_model=cost_model_options(args.cost_model)))
+    check_args(ap, args)
+    try:
+        trace = load_trace(shared_trace_path("azure_conv"))
+        executors = build_executors(ClusterSpec(model="llama-2-7b", gpu="A100-80GB",
+                                                num_instances=args.instances,
+                                                cost_model=cost_model_options(args.cost_model)))
+    except (ConfigError, TraceError, FileNotFoundError) as exc:  # the shared data is missing
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     best = None
     for _ in range(args.repeat):
         t0 = time.perf_counter()

@@ -44,6 +44,11 @@ def main() -> None:
     ap.add_argument("--no-ray", action="store_true")
     ap.add_argument("--requests", type=int, default=400)
     args = ap.parse_args()
+    for jobs in args.jobs:
+        if jobs < 1:
+            ap.error(f"--jobs={jobs}: must be >= 1")
+    if args.requests < 1:
+        ap.error(f"--requests={args.requests}: must be >= 1")
     results: list[tuple[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "scaling.yaml"

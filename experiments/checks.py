@@ -1,7 +1,8 @@
 """Checks a sweep or a capacity search makes before anything runs (shared by run and capacity).
 
-- `check_cluster`: the sim backend's executors are built once (cost-model errors surface); the
-  real backend is checked without torch: its options, the model, a CPU engine's memory (weights,
+- `check_cluster`: the sim backend's executors are built once (cost-model errors surface), and
+  its `real:` options, unused until `--backend real`, are checked all the same; the real
+  backend is checked without torch: its options, the model, a CPU engine's memory (weights,
   KV budget) and KV budget, the checkpoint folder (`real.weights`). What only the engine can
   check (a CUDA device's memory, the device `auto` picks) is said in a note on stderr.
 - `check_policy_build`: policies whose checks need the cluster's instances (`disagg`: its pools,
@@ -35,6 +36,10 @@ def check_cluster(spec: ClusterSpec, where: str = "cluster") -> list[str]:
         if spec.backend == "real":  # building loads a model: check what needs no torch
             notes = check_real(spec)
         else:
+            if spec.real:  # ignored by the cost model, but a typo there is still an error
+                from real.options import RealOptions  # torch-free
+
+                RealOptions.from_mapping(spec.real)
             resolve_max_model_len(build_executors(spec), spec.max_model_len)
             notes = []
     except ConfigError as err:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections import Counter
 from typing import Any, Sequence
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from experiments.config_load import load_config
 from experiments.workload import build_workload, load_base_trace
+from sim.errors import ConfigError, TraceError
 from sim.executor import Step, StepResult
 from sim.hf_continuous import mixed_shape
 from sim.hf_static import HFStaticExecutor
@@ -115,12 +117,13 @@ def run_breakdown(config: str, label: str, rate: float, seed: int,
     cfg = load_config(config, overrides)
     entries = {e.label: e for e in cfg.policies}
     if label not in entries:
-        raise SystemExit(f"{config}: no policy entry {label!r} (labels: {', '.join(entries)})")
+        raise ConfigError("--label", label, f"no policy entry of {config} has it; labels: "
+                                            f"{', '.join(entries)}")
     cluster = cfg.cluster_for(entries[label])
     executors = [BreakdownExecutor(e) for e in build_executors(cluster)
                  if isinstance(e, HFStaticExecutor)]
     if not executors:
-        raise SystemExit(f"{label}: its cluster does not run the hf_static engine")
+        raise ConfigError("--label", label, "its cluster does not run the hf_static engine")
     trace = build_workload(cfg, load_base_trace(cfg), rate, seed)
     result = simulate(trace, entries[label].name, entries[label].params, executors, seed=seed,
                       max_model_len=cluster.max_model_len, **overhead_kwargs(cluster))
@@ -135,7 +138,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
-    parts, summary = run_breakdown(args.config, args.label, args.rate, args.seed, args.set)
+    if not args.rate > 0:  # NaN too
+        parser.error(f"--rate={args.rate}: must be a number > 0 (req/s)")
+    try:
+        parts, summary = run_breakdown(args.config, args.label, args.rate, args.seed, args.set)
+    except (ConfigError, TraceError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"{args.label} at {args.rate:g} req/s, seed {args.seed}: "
           f"{summary['request_throughput']:.2f} req/s, mean E2E {summary['mean_e2e_s']:.1f} s")
     for key, value in parts.items():

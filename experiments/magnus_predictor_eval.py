@@ -26,6 +26,7 @@ import pandas as pd
 from policies.magnus.config import PredictorConfig
 from policies.magnus.length_model import make_predictor
 from policies.magnus.queries import AppCatalog, queries_from_frame
+from sim.errors import ConfigError, TraceError
 from traces.magnus_workload import MagnusSplit, read_magnus_apps, split_by_task, to_trace
 
 ERROR_TOKENS = 10.0  # tokens: an error within this is "accurate" ...
@@ -98,7 +99,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="sentence-transformers model (paper: sentence-transformers/LaBSE)")
     parser.add_argument("--out", default="results/magnus", help="output directory")
     args = parser.parse_args(argv)
-    train, test = splits(args.path, args.train_per_task, args.test_per_task)
+    for flag in ("train_per_task", "test_per_task"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')}={getattr(args, flag)}: must be >= 1")
+    try:
+        train, test = splits(args.path, args.train_per_task, args.test_per_task)
+    except (ConfigError, TraceError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     catalog = AppCatalog.from_frame(train)
     print(f"{len(train)} training / {len(test)} test requests, "
           f"{len(catalog.apps)} applications", file=sys.stderr)

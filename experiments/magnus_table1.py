@@ -13,6 +13,7 @@ Spearman. `PAPER_TABLE_I` holds the paper's values where they are known to this 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Mapping
 
@@ -67,15 +68,21 @@ def to_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    from sim.errors import ConfigError, TraceError
     from traces.magnus_workload import read_magnus_apps
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--path", type=Path, default=None,
                         help="a Magnus-format JSONL (default: the shared workload)")
     args = parser.parse_args(argv)
-    print(to_markdown(length_correlations(read_magnus_apps(args.path))))
+    try:
+        print(to_markdown(length_correlations(read_magnus_apps(args.path))))
+    except (ConfigError, TraceError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

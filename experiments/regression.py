@@ -117,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--update-baselines", action="store_true")
     ap.add_argument("--jobs", type=int, default=1)
     args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs={args.jobs}: must be >= 1")
     fresh = run_canonical(args.jobs)
     if args.update_baselines:
         save_baseline(fresh)

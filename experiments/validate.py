@@ -35,13 +35,14 @@ from typing import Any, Sequence
 import pandas as pd
 
 from experiments.config import ExperimentConfig, PolicyEntry, experiment_from_dict
-from experiments.config_checks import mapping
+from experiments.config_checks import build, mapping
 from experiments.outdir import ResultsWriteError, writing
 from experiments.report import write_json, write_run
 from experiments.config_load import load_yaml_file
 from experiments.run import apply_overrides
 from experiments.workload import build_workload, load_base_trace
 from sim.errors import ConfigError, TraceError, check_positive
+from sim.field_types import check_fields
 
 KINDS = ("roofline", "learned", "engine")
 
@@ -64,9 +65,23 @@ class ValidateOptions:
         unknown = set(self.profile) - {"quick", "reps"}
         if unknown:
             raise ConfigError("validate.profile", dict(self.profile), "known keys: quick, reps")
+        check_fields(ProfileOptions, "validate.profile", self.profile)
+        if "reps" in self.profile:
+            check_positive("validate.profile.reps", self.profile["reps"])
+        if not self.kinds:
+            raise ConfigError("validate.kinds", list(self.kinds),
+                              f"list at least one of {', '.join(KINDS)}")
         for kind in self.kinds:
             if kind not in KINDS:
                 raise ConfigError("validate.kinds", kind, f"one of {', '.join(KINDS)}")
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """The types of `validate.profile` (the profiling run's options)."""
+
+    quick: bool = False  # the small grid
+    reps: int = 3  # timed runs per shape
 
 
 def load_validation_config(path: str | Path, overrides: Sequence[str] = ()
@@ -77,13 +92,10 @@ def load_validation_config(path: str | Path, overrides: Sequence[str] = ()
     raw = apply_overrides(load_yaml_file(path) or {}, overrides)
     raw = mapping("config", raw)
     section = mapping("validate", raw.pop("validate", None))
-    known = [f.name for f in dataclasses.fields(ValidateOptions)]
-    for key in section:
-        if key not in known:
-            raise ConfigError(f"validate.{key}", section[key], f"known: {', '.join(known)}")
-    if "kinds" in section:
+    if isinstance(section.get("kinds"), list):
         section["kinds"] = tuple(section["kinds"])
-    return experiment_from_dict(raw, path.stem), ValidateOptions(**section)
+    options = build(ValidateOptions, "validate", section)  # keys and types checked, named
+    return experiment_from_dict(raw, path.stem), options
 
 
 def validation_trace(cfg: ExperimentConfig, opts: ValidateOptions) -> pd.DataFrame:
@@ -182,6 +194,17 @@ def write_engine_steps(run_dir: Path, step_log: Sequence[Any]) -> None:
         samples_frame(samples).to_parquet(run_dir / ENGINE_STEPS, index=False)
 
 
+def check_calibration(calibration: str | None, opts: ValidateOptions) -> None:
+    """ConfigError naming `--calibration` or `validate.calibration` unless the calibration to
+    use, when one is given, is a calibration file (checked before the engine runs)."""
+    from sim.calibration_file import read_calibration
+
+    if calibration is not None:
+        read_calibration(calibration, "--calibration")
+    elif opts.calibration is not None:
+        read_calibration(opts.calibration, "validate.calibration")
+
+
 def run_validation(cfg: ExperimentConfig, opts: ValidateOptions, out: Path,
                    calibration: str | None = None) -> dict[str, Any]:
     """The whole validation; writes OUT and returns what validation.json holds."""
@@ -189,6 +212,7 @@ def run_validation(cfg: ExperimentConfig, opts: ValidateOptions, out: Path,
     from real.plots import latency_cdfs, step_scatter
 
     start = time.perf_counter()
+    check_calibration(calibration, opts)
     out.mkdir(parents=True, exist_ok=True)
     trace = validation_trace(cfg, opts)
     executor = build_executors(dataclasses.replace(cfg.cluster, backend="real"))[0]

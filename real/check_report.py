@@ -27,14 +27,23 @@ KIND = "engine"  # the calibrated model the validation targets are about
 
 
 def _json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    """The file's JSON (None when missing); ValueError naming the file when it is not JSON."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from None
 
 
 def test_results(path: Path) -> dict[str, Any]:
     """Counts and failed test names of a pytest junit XML file."""
     if not path.is_file():
         return {"missing": True}
-    root = ET.parse(path).getroot()
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as exc:
+        raise ValueError(f"{path}: not JUnit XML: {exc}") from None
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     counts = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures",
                                                                    "errors", "skipped")}
@@ -154,7 +163,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: python -m real.check_report OUT", file=sys.stderr)
         return 2
     out = Path(args[0])
-    report = build_report(out)
+    if not out.is_dir():
+        print(f"error: OUT={str(out)!r}: not a folder (the GPU check's output folder)",
+              file=sys.stderr)
+        return 2
+    try:
+        report = build_report(out)
+    except ValueError as exc:  # a file the check wrote is not what it writes
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (out / "report.md").write_text(format_markdown(report))
     print(format_markdown(report))

@@ -23,7 +23,10 @@ def resolve_device(device: str | torch.device) -> torch.device:
     """`auto` -> cuda when available, else cpu; CUDA must exist when asked for."""
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError:  # torch's message lists every device type it knows
+        raise ConfigError("real.device", str(device), "auto, cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("real.device", str(device), "CUDA is not available on this machine")
     return dev

@@ -34,7 +34,7 @@ import pandas as pd
 
 from sim.calibrated import FEATURES, step_features
 from sim.engine_time import step_iteration_features
-from sim.errors import check_positive
+from sim.errors import ConfigError, check_positive
 from sim.executor import Step
 
 if TYPE_CHECKING:
@@ -256,13 +256,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from real.memory import resolve_device
 
     args = parse_args(argv)
-    device = resolve_device(args.device)
-    kv = args.kv_tokens or (CPU_KV_TOKENS if device.type == "cpu" else None)
-    ex = TorchExecutor(args.model, str(device), args.dtype, kv_tokens=kv,
-                       gpu_memory_utilization=args.gpu_memory_utilization,
-                       block_size=args.block_size, weights=args.weights, seed=args.seed,
-                       attention=args.attention, num_threads=args.threads,
-                       cpu_clock=args.cpu_clock)
+    try:
+        check_positive("--reps", args.reps)  # before the model is built
+        device = resolve_device(args.device)
+        kv = args.kv_tokens or (CPU_KV_TOKENS if device.type == "cpu" else None)
+        ex = TorchExecutor(args.model, str(device), args.dtype, kv_tokens=kv,
+                           gpu_memory_utilization=args.gpu_memory_utilization,
+                           block_size=args.block_size, weights=args.weights, seed=args.seed,
+                           attention=args.attention, num_threads=args.threads,
+                           cpu_clock=args.cpu_clock)
+    except (ConfigError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     start = time.perf_counter()
     frame = profile_executor(ex, args.quick, args.reps)
     out = args.out or f"results/profiles/{ex.config.name}_{ex.device.type}.csv"

@@ -14,6 +14,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-results/gpu_check}
 PY=${PYTHON:-python3}
+if [ -e "$OUT" ] && [ ! -d "$OUT" ]; then
+  echo "error: OUT='$OUT': exists and is not a folder" >&2; exit 2
+fi
 mkdir -p "$OUT"
 : > "$OUT/phases.tsv"
 if [ -d .gpu_carry ]; then

@@ -188,7 +188,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: python -m experiments.figures.magnus RESULTS_DIR", file=sys.stderr)
         return 2
     results = Path(args[0])
-    table = headline_table(load(results))
+    if not (results / "summary.csv").is_file():
+        print(f"error: no summary.csv in {results} (run the Magnus sweep into it first)",
+              file=sys.stderr)
+        return 2
+    try:
+        frame = load(results)
+        labels = set(frame["label"])
+        if not any(t in labels and b in labels for t, b in HEADLINE_PAIRS):
+            pairs = ", ".join(f"{t}/{b}" for t, b in HEADLINE_PAIRS)
+            raise ValueError(f"none of the headline pairs ({pairs}) among its labels "
+                             f"({', '.join(sorted(labels))})")
+        table = headline_table(frame)
+    except (FileNotFoundError, KeyError, ValueError) as exc:  # not a Magnus sweep's results
+        print(f"error: {results}: {exc}", file=sys.stderr)
+        return 2
     (results / "magnus_headline.md").write_text(table + "\n", encoding="utf-8")
     print(table)
     return 0
