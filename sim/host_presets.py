@@ -15,8 +15,9 @@ it from a named preset, applied on top of the GPU's parameters (field overrides 
           10 us per sequence, an estimate (V1 updates a persistent batch incrementally; the
           92 us per sequence Vidur measured is an engine processing outputs in Python).
   legacy  the stage model's host terms before 2026-11-27: 2.5 ms + 5 us per sequence of host
-          work in series with every step, NCCL all-reduces with a 20 us launch each. Reproduces
-          pages and results computed before the change.
+          work in series with every step, NCCL all-reduces with a 20 us launch each. On the A100s
+          it reproduces results computed before the change; GPUs whose parameters were refitted
+          or re-derived the same day (H100, H200, L40S, A10G, V100) differ by that too.
   eager   an engine run with --enforce-eager, or vLLM before CUDA graphs: legacy, plus the GPU
           waits for Python to launch each layer (0.45 ms per layer: the splitwise-sim vLLM
           measurements, flat decode from TP 4 to TP 8, read 0.55 ms on A100 hosts and 0.37 ms
@@ -54,9 +55,14 @@ CUSTOM_ALLREDUCE = AllReduceParams(num_workers=(2, 4, 8), latency_s=(8.8e-6, 8.7
                                    bus_bandwidth=(120e9, 88e9, 91e9))
 
 
-def has_nvlink(gpu: GPUSpec | None) -> bool:
-    """GPUs whose collectives run over NVLink (vLLM's custom all-reduce needs it)."""
-    return gpu is not None and gpu.interconnect_latency_s <= NVLINK_LATENCY_S
+NO_CUSTOM_ALLREDUCE = ("V100",)  # GPUs before compute capability 8.0 (vLLM's kernel needs it)
+
+
+def has_custom_allreduce(gpu: GPUSpec | None) -> bool:
+    """GPUs on which vLLM all-reduces small messages with its own kernel: NVLink-connected
+    (its collectives have NVLink latency) and Ampere or newer."""
+    return (gpu is not None and gpu.interconnect_latency_s <= NVLINK_LATENCY_S
+            and not gpu.name.upper().startswith(NO_CUSTOM_ALLREDUCE))
 
 
 def with_custom_allreduce(allreduce: AllReduceParams) -> AllReduceParams:
@@ -87,7 +93,7 @@ def apply_host(params: StageParams, host: str, gpu: GPUSpec | None) -> StagePara
         return params
     if host == "vllm":
         out = _with(params, **VLLM)
-        if has_nvlink(gpu):
+        if has_custom_allreduce(gpu):
             out = _with(out, allreduce=with_custom_allreduce(params.allreduce))
         return out
     out = _with(params, **LEGACY)

@@ -162,6 +162,8 @@ class ProfileCostModel(ComposedCostModel):
             from sim.cost_model import RooflineCostModel
             from sim.roofline_stages import RooflineStages
             fallback = RooflineStages(RooflineCostModel(deployment))
-        stages = ProfileStageTimes(tables, deployment.tensor_parallel, fallback, anchor)
+        params = getattr(fallback, "params", None)  # a stage fallback's launch (0 in graphs)
+        launch = params.allreduce_launch_s if params is not None else ALLREDUCE_LAUNCH_S
+        stages = ProfileStageTimes(tables, deployment.tensor_parallel, fallback, anchor, launch)
         super().__init__(stages, deployment.model, deployment.tensor_parallel)
         self.deployment = deployment  # the instance modelled
