@@ -1,7 +1,8 @@
 """Fidelity report: predicted vs measured time of every profiled shape.
 
     python -m experiments.fidelity PROFILE_DIR [PROFILE_DIR ...] [--model llama-2-7b]
-        [--gpu A100-80GB] [--cost-model roofline|stage|profile] [--calibration FILE] [--out DIR]
+        [--gpu A100-80GB] [--cost-model roofline|stage|profile] [--calibration FILE]
+        [--attention flashinfer|flash_attention] [--out DIR]
 
 Each PROFILE_DIR is a Vidur-layout profile folder (e.g. ../shared/data/profiles;
 sim/profile_tables.py lists the layouts). Without --model / --gpu, every (GPU, model) profile
@@ -14,7 +15,9 @@ composed layer times (experiments/fidelity_rows.py). Prints median |error|, p90 
 signed bias (median of predicted / measured - 1) per GPU, model, TP, stage and regime, and writes
 DIR/rows.csv, DIR/summary.csv, DIR/summary.json and DIR/fidelity.png.
 
-Cost models: `stage` (the simulator's default, sim/stage_model.py with the GPU's parameters),
+Cost models: `stage` (the simulator's default, sim/stage_model.py with the GPU's parameters;
+its attention terms those of the kernel the profile's attention.csv names in Vidur's
+`attention_backend` column, or of `--attention`, sim/attention_kernels.py),
 `roofline` (sim/roofline_stages.py; --calibration applies a `python -m real.calibrate` file's
 fitted CostModelConfig, and implies --cost-model roofline), `profile` (the tables themselves,
 sim/profile_cost_model.py, falling back to the roofline; a sanity check).
@@ -77,7 +80,8 @@ def plot(rows: pd.DataFrame, path: Path, title: str) -> Path:
 
     stages = [s for s in STAGE_ORDER if s in set(rows["stage"])] or ["none"]
     fig, axes = plt.subplots(1, len(stages), figsize=(4.2 * len(stages), 4.2), squeeze=False)
-    colours = dict(zip(REGIMES, ("tab:blue", "tab:green", "tab:olive", "tab:red")))
+    colours = dict(zip(REGIMES, ("tab:blue", "tab:purple", "tab:green", "tab:olive",
+                                 "tab:red")))
     for ax, stage in zip(axes[0], stages):
         part = rows[rows["stage"] == stage] if "stage" in rows else rows
         for reg in [r for r in REGIMES if r in set(part["regime"])]:
@@ -105,7 +109,7 @@ def plot(rows: pd.DataFrame, path: Path, title: str) -> Path:
 def run_report(profile_dir: str | Path, model: str | None = "llama-2-7b",
                gpu: str | None = "A100-80GB",
                cost_model: str | None = None, calibration: str | None = None,
-               out: str | Path | None = None) -> dict[str, Any]:
+               out: str | Path | None = None, attention: str | None = None) -> dict[str, Any]:
     """Build the rows and summary; write them (and the figure) under `out` when given.
     `cost_model` None: roofline with a calibration file (it holds roofline fields), else stage."""
     if cost_model is None:
@@ -115,14 +119,16 @@ def run_report(profile_dir: str | Path, model: str | None = "llama-2-7b",
                           f"fields: only with --cost-model roofline (not {cost_model})")
     spec, gpu_spec = get_model(model), get_gpu(gpu)
     tables = load_profiles(profile_dir, model=model, gpu=gpu)
-    stages_for, used = stages_factory(cost_model, spec, gpu_spec, tables, calibration)
+    stages_for, used = stages_factory(cost_model, spec, gpu_spec, tables, calibration,
+                                      attention)
     rows = all_rows(tables, stages_for, spec)
     if not rows.empty:
         rows.insert(0, "model", spec.name)
         rows.insert(0, "gpu", gpu_spec.name)
     summary = summarize(rows)
     result = {"profile_dir": str(profile_dir), "profile_model": tables.model,
-              "profile_gpu": tables.gpu, "model": spec.name, "gpu": gpu_spec.name,
+              "profile_gpu": tables.gpu, "attention_backend": tables.attention_backend,
+              "model": spec.name, "gpu": gpu_spec.name,
               "cost_model": used, "calibration": calibration, "rows": rows,
               "summary": summary}
     if out is not None:
@@ -153,6 +159,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--cost-model", default=None, choices=("roofline", "stage", "profile"),
                    help="default stage (roofline with --calibration)")
     p.add_argument("--calibration", default=None, help="real.calibrate JSON (roofline)")
+    p.add_argument("--attention", default=None, metavar="KERNEL",
+                   help="the stage model's attention kernel set: flashinfer (the default "
+                   "set) or flash_attention (default: the one the profile's attention.csv "
+                   "names, else the GPU's own)")
     p.add_argument("--out", default="results/fidelity", help="output folder")
     return p.parse_args(argv)
 
@@ -205,7 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         results, used = [], set()
         for folder, model, gpu in reports:
             sub = _subfolder(args.out, model, gpu, used) if many else args.out
-            result = run_report(folder, model, gpu, args.cost_model, args.calibration, sub)
+            result = run_report(folder, model, gpu, args.cost_model, args.calibration, sub,
+                                args.attention)
             results.append(result)
             print(f"\n{result['model']} on {result['gpu']} ({folder}: {result['profile_gpu']}/"
                   f"{result['profile_model']}), cost model: {result['cost_model']}")

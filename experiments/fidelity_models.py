@@ -2,7 +2,8 @@
 
 `stage` imports the stage model (sim/stage_model.py) and the GPU's parameters lazily: they are
 another slice of the same work, and the report falls back to the roofline (saying so) when
-either is missing.
+either is missing. Its attention terms are those of the kernel the profile names (Vidur's
+`attention_backend`; `sim/attention_kernels.py`), or of the one asked for.
 """
 
 from __future__ import annotations
@@ -68,7 +69,18 @@ def stage_params(gpu: GPUSpec) -> Any | None:
     return None
 
 
-def _stage_factory(model: ModelSpec, gpu: GPUSpec) -> Callable[[DeploymentSpec], StageTimes] | None:
+def attention_kernel(tables: ProfileTables, attention: str | None) -> str | None:
+    """The attention kernel set to report against: `attention` when named, else the one the
+    profile's backend maps to, else None (the GPU's own set)."""
+    from sim.attention_kernels import check_kernel, kernel_of_backend
+
+    if attention is not None:
+        return check_kernel(attention, "--attention")
+    return kernel_of_backend(tables.attention_backend)
+
+
+def _stage_factory(model: ModelSpec, gpu: GPUSpec, kernel: str | None = None
+                   ) -> Callable[[DeploymentSpec], StageTimes] | None:
     try:
         from sim.stage_model import StageCostModel  # the other slice of issue 12
     except ImportError:
@@ -76,12 +88,17 @@ def _stage_factory(model: ModelSpec, gpu: GPUSpec) -> Callable[[DeploymentSpec],
     params = stage_params(gpu)
     if params is None:
         return None
+    if kernel is not None:
+        from sim.attention_kernels import with_kernel
+        params = with_kernel(params, kernel, gpu)
     return lambda dep: StageCostModel(dep, params)
 
 
 def stages_factory(kind: str, model: ModelSpec, gpu: GPUSpec, tables: ProfileTables,
-                   calibration: str | None = None) -> tuple[StagesFor, str]:
-    """TP -> StageTimes of the `kind` cost model, and the name of the model actually used."""
+                   calibration: str | None = None, attention: str | None = None
+                   ) -> tuple[StagesFor, str]:
+    """TP -> StageTimes of the `kind` cost model, and the name of the model actually used
+    (`attention`: the stage model's attention kernel set, see `attention_kernel`)."""
     if kind not in KINDS:
         raise ConfigError("cost_model", kind, f"one of {', '.join(KINDS)}")
     config = roofline_config(calibration)
@@ -89,12 +106,14 @@ def stages_factory(kind: str, model: ModelSpec, gpu: GPUSpec, tables: ProfileTab
     build: Callable[[DeploymentSpec], StageTimes] = \
         lambda dep: RooflineStages(RooflineCostModel(dep, config))
     if kind == "stage":
-        stage = _stage_factory(model, gpu)
+        kernel = attention_kernel(tables, attention)
+        stage = _stage_factory(model, gpu, kernel)
         if stage is None:
             print(f"note: the stage model or its {gpu.name} parameters are not available; "
                   f"reporting the roofline", file=sys.stderr)
         else:
-            build, used = stage, "stage"
+            from sim.attention_kernels import DEFAULT_KERNEL
+            build, used = stage, f"stage (attention: {kernel or DEFAULT_KERNEL})"
     elif kind == "profile":
         base = build
         build = lambda dep: ProfileStageTimes(tables, dep.tensor_parallel, base(dep))  # noqa

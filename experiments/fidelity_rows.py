@@ -1,15 +1,15 @@
 """Predicted vs measured rows of the fidelity report (experiments/fidelity.py).
 
 One row per measured shape: `stage` (dense, attention, allreduce, step, layers_no_attn), `tp`,
-`regime`, the shape (num_tokens, batch_size, chunk_tokens, kv_tokens, size_bytes), `measured_s`,
-`predicted_s` and `error` = predicted / measured - 1. Measured all-reduces include Vidur's CPU
-launch cost (sim.profile_cost_model.ALLREDUCE_LAUNCH_S). Composed `step` rows add the layers of
-a prefill chunk or a decode batch from measured tables at TPs with attention rows: num_layers x
-(dense + attention) + 2 x num_layers all-reduces (TP > 1); dense (or all-reduce) at a shape
-between table points is read log-log from its neighbours (`interpolated`). The per-step fixed
-cost (embedding, lm_head, sampling, CPU) is in no table and left out of both sides.
-`layers_no_attn` rows (TP > 1, where the shared data has no attention) are num_layers x (dense
-+ 2 all-reduces) at each dense row.
+`regime` (a prefill chunk after a KV prefix, kv_tokens > 0, is `prefill_ctx`), the shape
+(num_tokens, batch_size, chunk_tokens, kv_tokens, size_bytes), `measured_s`, `predicted_s` and
+`error` = predicted / measured - 1. Measured all-reduces include Vidur's CPU launch cost
+(sim.profile_cost_model.ALLREDUCE_LAUNCH_S). Composed `step` rows add the layers of a prefill chunk
+or a decode batch from measured tables at TPs with attention rows: num_layers x (dense + attention)
++ 2 x num_layers all-reduces (TP > 1); dense (or all-reduce) at a shape between table points is
+read log-log from its neighbours (`interpolated`). The per-step fixed cost (embedding, lm_head,
+sampling, CPU) is in no table and left out of both sides. `layers_no_attn` rows (TP > 1, where the
+shared data has no attention) are num_layers x (dense + 2 all-reduces) at each dense row.
 """
 
 from __future__ import annotations
@@ -31,14 +31,17 @@ from sim.table_interp import LogLogCurve
 PREFILL_MIN_TOKENS = 512  # a dense row of at least this many tokens is a prefill
 SMALL_BATCH_MAX = 8  # decode batch <= this: "decode_small"
 LARGE_BATCH_MIN = 32  # decode batch >= this: "decode_large"
-REGIMES = ("prefill", "decode_small", "decode_mid", "decode_large")  # report order
+REGIMES = ("prefill", "prefill_ctx", "decode_small", "decode_mid", "decode_large")  # order
 
 StagesFor = Callable[[int], StageTimes | None]  # TP -> stage times (None: TP not modelled)
 
 
-def regime(tokens: float, prefill: bool = False) -> str:
-    """prefill (a prefill chunk, or >= 512 tokens), else decode_small / mid / large by batch."""
-    if prefill or tokens >= PREFILL_MIN_TOKENS:
+def regime(tokens: float, prefill: bool | None = None, context: float = 0.0) -> str:
+    """prefill (a prefill chunk; prefill_ctx: one after `context` cached tokens), else decode
+    small / mid / large by batch (a row that does not say: prefill from 512 tokens)."""
+    if prefill and context > 0:
+        return "prefill_ctx"
+    if prefill or (prefill is None and tokens >= PREFILL_MIN_TOKENS):
         return "prefill"
     if tokens <= SMALL_BATCH_MAX:
         return "decode_small"
@@ -71,9 +74,9 @@ def attention_rows(tables: ProfileTables, stages_for: StagesFor) -> list[dict]:
             continue
         b, c, kv = int(r.batch_size), int(r.chunk_tokens), int(r.kv_tokens)
         if r.is_prefill:
-            pred, reg = b * stages.attn_prefill_layer_s(c, kv), "prefill"
+            pred, reg = b * stages.attn_prefill_layer_s(c, kv), regime(c, True, kv)
         else:
-            pred, reg = stages.attn_decode_layer_s(b, kv), regime(b)
+            pred, reg = stages.attn_decode_layer_s(b, kv), regime(b, False)
         rows.append(_row("attention", int(r.tp), reg, r.seconds, pred, batch_size=b,
                          chunk_tokens=c, kv_tokens=kv))
     return rows
@@ -135,7 +138,7 @@ def step_rows(tables: ProfileTables, stages_for: StagesFor, model: ModelSpec) ->
                 continue
             shape = (BatchShape(1, r.chunk_tokens, r.kv_tokens, 0, 0.0) if r.is_prefill
                      else BatchShape(0, 0.0, 0.0, int(r.batch_size), r.kv_tokens))
-            rows.append(_row("step", tp, regime(tokens, bool(r.is_prefill)), meas,
+            rows.append(_row("step", tp, regime(tokens, bool(r.is_prefill), r.kv_tokens), meas,
                              composed.layers_s(shape), num_tokens=tokens,
                              batch_size=int(r.batch_size), kv_tokens=int(r.kv_tokens),
                              interpolated=tokens not in points))

@@ -95,9 +95,9 @@ def result_dict(fitted: StageParams, table: pd.DataFrame, tables: ProfileTables,
                    "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                    "start": f"sim.gpu_params.stage_params_for({gpu.name!r})",
                    "kept": "sampler_*; allreduce too when the profile has no all_reduce rows",
-                   "host": f"{DEFAULT_HOST} (sim/host_presets.py: cpu_*, allreduce_launch_s and "
-                           f"the small-message all-reduce are the preset's; no profile row "
-                           f"measures them)"},
+                   "host": f"{DEFAULT_HOST} (sim/host_presets.py: cpu_*, allreduce_launch_s, "
+                           f"the small-message all-reduce and attn_decode_floor_s are the "
+                           f"preset's; no profile row measures an engine's host work)"},
         "errors": table.to_dict(orient="records"),
         "stage_params": params_to_dict(fitted),
     }

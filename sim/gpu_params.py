@@ -3,11 +3,17 @@
 A100-80GB is FITTED (`sim.stage_fit.fit_stage_params` from `FIT_START`, least squares on
 log-time; tests/test_fidelity_stage.py refits and compares) on the shared
 A100 profile of Llama-2-7B at TP 1 (`../shared/data/profiles/a100/`: Vidur's mlp.csv rows at
-num_tensor_parallel_workers=1, the 47 attention_sample.csv rows, the intra-node all_reduce.csv
-curve). H100-80GB is FITTED the same way (`python -m experiments.fit_gpu`) on Vidur's measured
-H100 profile (github.com/microsoft/vidur, data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/
-mlp.csv TP-1 rows and data/profiling/network/h100_dgx/all_reduce.csv); its attention rows are
-stored with Git LFS and were not reachable, so its attention terms are derived from the A100
+num_tensor_parallel_workers=1, the intra-node all_reduce.csv curve); its attention terms are
+FITTED (`sim.stage_fit.fit_attention` from `CONTEXT_START`; tests/test_stage_attention.py refits
+where the rows are present) on the TP-1 rows of Vidur's measured FlashInfer attention profile of
+Llama-3-8B on A100 (adi-anirudh/vidur_hbf_hbm_backend, data/profiling/compute/a100/meta-llama/
+Meta-Llama-3-8B/attention.csv: prefill chunks 64..16128 over KV prefixes 0..16240, decode
+batches 1..200 over 32..15872 tokens), and describe that kernel (`sim/attention_kernels.py` keeps
+the earlier set, fitted on the shared sample's FLASH_ATTENTION rows). H100-80GB is FITTED the
+same way (`python -m experiments.fit_gpu`) on Vidur's measured H100 profile
+(github.com/microsoft/vidur, data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv
+TP-1 rows and data/profiling/network/h100_dgx/all_reduce.csv); its attention rows are stored with
+Git LFS and were not reachable, so its attention terms are derived from the A100
 fit. Every other GPU is DERIVED from the nearest fit by `derive_params` (H200 from the H100,
 the rest from the A100):
   * efficiencies (fractions of the GPU's own datasheet peak) are kept: the same kernels
@@ -16,11 +22,15 @@ the rest from the A100):
   * gemm_half_tokens is scaled by the GPU's ridge point (peak FLOP/s / HBM bytes/s) over the
     reference's, so the memory- to compute-bound transition sits at the same place relative to
     the roofline ridge (H100: 295 FLOP/B vs 153 -> x1.93);
-  * fixed per-kernel and per-layer costs (launch and tail latencies of a few microseconds) scale
-    with the inverse of the GPU's boost clock (`BOOST_CLOCK_MHZ`): a kernel's fixed part is a
-    number of cycles. Checked on the measured H100 profile: the A100 fit derived this way
-    predicts its dense-layer rows within 8.4% median in every regime at TP 1-8 (3.0-8.4%),
-    where keeping the A100's fixed costs missed small-batch decode at TP 8 by +35%;
+  * attn_prefill_key_s (a query tile's FLOPs per key at the GPU's rate) scales with the inverse
+    of peak tensor FLOP/s (per SM it would be the SM's rate: an H100's 132 SMs against the
+    A100's 108 make its span 22% longer than this rule; the specs hold no SM count);
+  * fixed per-kernel and per-layer costs (launch and tail latencies of a few microseconds; the
+    decode work item and split-KV floor too) scale with the inverse of the GPU's boost clock
+    (`BOOST_CLOCK_MHZ`): a kernel's fixed part is a number of cycles. Checked on the measured H100
+    profile: the A100 fit derived this way predicts its dense-layer rows within 8.4% median in
+    every regime at TP 1-8 (3.0-8.4%), where keeping the A100's fixed costs missed small-batch
+    decode at TP 8 by +35%;
   * all-reduce: bus bandwidth = the A100 fit's fraction of its per-direction NVLink bandwidth
     (hardware.py, 300 GB/s) times the GPU's own interconnect bandwidth; latency = the A100 fit's
     plus (the GPU's interconnect_latency_s - the A100's): +12 us over PCIe;
@@ -65,13 +75,20 @@ A100_80GB_PARAMS = StageParams(
     act_eff=0.492,  # fit: mlp.csv TP1 mlp_act
     add_eff=1.0,  # fit: mlp.csv TP1 add (at its bound: 100 MB in 55 us at 4096 tokens)
     small_fixed_s=2.55e-6,  # fit: the five small-kernel ops above together
-    attn_prefill_eff=0.193,  # fit: 7 prefill rows of attention_sample.csv (0.16 at 3840 tok)
-    attn_prefill_half_tokens=770.0,  # fit: same prefill rows (chunks 112..3840)
-    attn_prefill_fixed_s=1.41e-6,  # fit: same prefill rows
-    attn_decode_eff_small=0.623,  # fit: 40 decode rows of attention_sample.csv (batch 1..128)
-    attn_decode_eff_large=1.0,  # fit: same decode rows (at its bound: 2.0 TB/s at batch 128)
-    attn_decode_half_batch=39.2,  # fit: same decode rows
-    attn_decode_fixed_s=8.51e-6,  # fit: same decode rows
+    # attention: FlashInfer on Llama-3-8B (module doc); 254 TP-1 prefill rows (the kernel;
+    # its 0.55 us/token KV save left out, sim/profile_tables.py), 106 decode rows (kernel + save)
+    attn_prefill_eff=0.683,  # fit: prefill rows (FLOPs at 213 TFLOP/s, span aside)
+    attn_prefill_half_tokens=0.0,  # FlashInfer's FLOP rate does not fall with the chunk
+    attn_prefill_fixed_s=22.7e-6,  # fit: prefill rows
+    attn_prefill_key_s=1.15e-7,  # fit: prefill rows (the longest query tile's loop per key)
+    attn_prefill_split_rows=54900.0,  # fit: prefill rows (query rows x heads per GPU)
+    attn_decode_eff_small=0.646,  # fit: decode rows
+    attn_decode_eff_large=0.846,  # fit: decode rows (1.72 TB/s at large batch)
+    attn_decode_half_batch=12.5,  # fit: decode rows
+    attn_decode_fixed_s=8.10e-6,  # fit: decode rows (the 2-3 us KV save included)
+    attn_decode_item_s=13.8e-9,  # fit: decode rows (per sequence and KV head)
+    attn_decode_floor_s=28.8e-6,  # fit: decode rows (split-KV: 24-27 us at TP 1 and 4 alike)
+    attn_decode_floor_half_tokens=133.0,  # fit: decode rows (6 us at 32 tokens: no split)
     allreduce=AllReduceParams(  # fit: all_reduce.csv, devices_per_node == num_workers rows
         num_workers=(2, 4, 8),  # GPUs per group measured on the A100 DGX
         latency_s=(44.2e-6, 39.5e-6, 44.4e-6),  # fit: bulk protocol alpha per group size
@@ -115,14 +132,19 @@ def derive_params(gpu: GPUSpec, ref: StageParams = A100_80GB_PARAMS,
                    allreduce=allreduce, gemm_fixed_s=ref.gemm_fixed_s * clock,
                    small_fixed_s=ref.small_fixed_s * clock,
                    attn_prefill_fixed_s=ref.attn_prefill_fixed_s * clock,
-                   attn_decode_fixed_s=ref.attn_decode_fixed_s * clock)
+                   attn_decode_fixed_s=ref.attn_decode_fixed_s * clock,
+                   attn_prefill_key_s=ref.attn_prefill_key_s * ref_gpu.peak_tensor_flops
+                   / gpu.peak_tensor_flops,
+                   attn_decode_item_s=ref.attn_decode_item_s * clock,
+                   attn_decode_floor_s=ref.attn_decode_floor_s * clock)
 
 
 H100_REF = GPUS["H100-80GB"]  # the second fitted GPU
 
 # Fitted on Vidur's measured H100 profile (module doc): GEMMs and small kernels on the TP-1 rows
 # of Llama-2-7B's mlp.csv (num_tokens 1..4096), all-reduce on h100_dgx/all_reduce.csv; the
-# attention terms derived from the A100 fit (no H100 attention rows were reachable)
+# attention terms derived from the A100's FlashInfer fit (no H100 attention rows were
+# reachable): efficiencies kept, span x 312/989 (peak FLOP/s), fixed costs x 1410/1980 (clock)
 H100_80GB_PARAMS = replace(
     derive_params(H100_REF),
     gemm_compute_eff=0.786,  # fit: mlp.csv TP1 attn_pre_proj/attn_post_proj/mlp_up/down_proj

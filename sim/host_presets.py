@@ -14,6 +14,11 @@ it from a named preset, applied on top of the GPU's parameters (field overrides 
           measured fixed part of an engine's schedule + prepare + process (A100, Sarathi);
           10 us per sequence, an estimate (V1 updates a persistent batch incrementally; the
           92 us per sequence Vidur measured is an engine processing outputs in Python).
+          Decode attention pays no split-KV floor (`attn_decode_floor_s` 0): the 26-27 us
+          Vidur's eager per-op timing shows (fitted 28.8 us on A100) is flat at TP 1 and TP 4
+          across 4x the work, host time around two launches that a replayed graph does not
+          have (with it, Llama-3-8B's batch-1 decode on H100 is 7.16 ms against the published
+          6.48).
   legacy  the stage model's host terms before 2026-11-27: 2.5 ms + 5 us per sequence of host
           work in series with every step, NCCL all-reduces with a 20 us launch each. On the A100s
           it reproduces results computed before the change; GPUs whose parameters were refitted
@@ -44,7 +49,8 @@ DEFAULT_HOST = "vllm"  # today's vLLM (the module docstring says why)
 LEGACY = {"cpu_overlapped": False, "cpu_step_s": 2.5e-3, "cpu_per_seq_s": 5e-6,
           "allreduce_launch_s": 20e-6, "cpu_launch_per_layer_s": 0.0}  # fields: the old values
 VLLM = {"cpu_overlapped": True, "cpu_step_s": 0.4e-3, "cpu_per_seq_s": 1e-5,
-        "allreduce_launch_s": 0.0, "cpu_launch_per_layer_s": 0.0}  # fields: today's vLLM
+        "allreduce_launch_s": 0.0, "cpu_launch_per_layer_s": 0.0,
+        "attn_decode_floor_s": 0.0}  # fields: today's vLLM (the decode split-KV floor: below)
 EAGER_LAUNCH_PER_LAYER_S = 0.45e-3  # seconds: splitwise-sim's flat TP-8 decodes (0.37-0.55)
 
 # vLLM's custom all-reduce on H100 NVLink (the one-shot / two-shot kernels), fitted on the

@@ -35,6 +35,13 @@ DENSE_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
 EMBED_OP = "emb"  # the embedding lookup, once per step (kept apart, not in dense seconds)
 ATTN_KERNELS = ("attn_prefill", "attn_decode", "attn")  # attention kernel ops ("attn": sample)
 ATTN_EXTRA_OPS = ("attn_kv_cache_save", "attn_input_reshape", "attn_output_reshape")
+BACKEND_COLUMN = "attention_backend"  # Vidur's attention.csv names its kernel (FLASHINFER, ...)
+# Backends whose profiled prefill KV write is not the KV write of a serving engine: FlashInfer
+# 0.1's append_paged_kv_cache ran a prefill's tokens one after another (Vidur's Llama-3-8B A100
+# rows: 0.55 us per token at TP 1 and TP 4 alike, 2.26 ms for 4,096 tokens, more than the
+# attention kernel; flashinfer-ai/flashinfer PR #583, "its performance is really bad for
+# prefill", fixed upstream). Their prefill rows are the kernel without it; decode rows keep it.
+SLOW_PREFILL_KV_SAVE = ("FLASHINFER",)
 NETWORK_OPS = ("all_reduce", "send_recv")
 DENSE_COLUMNS = ("num_tokens", "tp", "seconds", "emb_s")
 ATTENTION_COLUMNS = ("tp", "is_prefill", "batch_size", "chunk_tokens", "kv_tokens", "seconds")
@@ -56,6 +63,8 @@ class ProfileTables:
     # outside attention by (num_tokens, tp): seconds = sum of DENSE_OPS, emb_s, <op>_s per op
     attention: pd.DataFrame = field(default_factory=lambda: _empty(ATTENTION_COLUMNS))  # one
     # layer's attention by (tp, is_prefill, batch_size, chunk_tokens, kv_tokens): seconds
+    attention_backend: str = ""  # the attention kernel the attention table names (Vidur's
+    # attention_backend, e.g. FLASHINFER; "" when it names none)
     network: pd.DataFrame = field(default_factory=lambda: _empty(NETWORK_COLUMNS))  # NCCL
     # collectives inside one node by (collective, num_workers, size_bytes): seconds
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # real.profile whole-step rows
@@ -95,8 +104,19 @@ def read_dense(path: Path) -> pd.DataFrame:
     return median_by(out, ["tp", "num_tokens"])
 
 
-def _attention_seconds(frame: pd.DataFrame, path: Path, is_prefill: np.ndarray) -> np.ndarray:
-    """Kernel (+ KV save and reshapes where profiled) milliseconds -> seconds, per row."""
+def _backends(frame: pd.DataFrame) -> np.ndarray:
+    """Each row's attention backend, upper case without Vidur's `AttentionBackend.` ("" when
+    the table has no such column)."""
+    if BACKEND_COLUMN not in frame.columns:
+        return np.full(len(frame), "", dtype=object)
+    return np.array([str(v).strip().rsplit(".", 1)[-1].upper() if isinstance(v, str) else ""
+                     for v in frame[BACKEND_COLUMN].tolist()], dtype=object)
+
+
+def _attention_seconds(frame: pd.DataFrame, path: Path, is_prefill: np.ndarray,
+                       backends: np.ndarray) -> np.ndarray:
+    """Kernel (+ KV save and reshapes where profiled; not a SLOW_PREFILL_KV_SAVE backend's
+    prefill KV save) milliseconds -> seconds, per row."""
     if stat_column("attn_prefill") in frame.columns or stat_column("attn_decode") in frame:
         cols = (stat_column("attn_prefill"), stat_column("attn_decode"))
         require_columns(frame, cols, path, "attention op")
@@ -108,33 +128,43 @@ def _attention_seconds(frame: pd.DataFrame, path: Path, is_prefill: np.ndarray) 
                     if c in frame.columns), stat_column("attn_prefill"))
         require_columns(frame, [col], path, "attention op")
         kernel = numeric_column(frame, col, path)
+    slow_save = is_prefill & np.isin(backends, SLOW_PREFILL_KV_SAVE)
     for op in ATTN_EXTRA_OPS:
         if stat_column(op) in frame.columns:
-            kernel = kernel + np.nan_to_num(numeric_column(frame, stat_column(op), path,
-                                                           allow_nan=True))
+            extra = np.nan_to_num(numeric_column(frame, stat_column(op), path, allow_nan=True))
+            if op == "attn_kv_cache_save":
+                extra = np.where(slow_save, 0.0, extra)
+            kernel = kernel + extra
     return kernel * MS
 
 
 def read_attention(path: Path) -> pd.DataFrame:
     """attention.csv / attention_sample.csv -> ATTENTION_COLUMNS, median of repeated shapes."""
+    return read_attention_backend(path)[0]
+
+
+def read_attention_backend(path: Path) -> tuple[pd.DataFrame, str]:
+    """`read_attention` and the backend the table names ("" for none; several joined by +)."""
     frame = read_profile_csv(path)
     require_columns(frame, ["is_prefill", "batch_size", "prefill_chunk_size", "kv_cache_size"],
                     path, "shape")
     warn_unknown_ops(frame, (*ATTN_KERNELS, *ATTN_EXTRA_OPS), path)
     is_prefill = bool_column(frame, "is_prefill", path)
+    backends = _backends(frame)
     out = pd.DataFrame({
         "tp": integer_column(frame, "num_tensor_parallel_workers", path, default=1),
         "is_prefill": is_prefill,
         "batch_size": integer_column(frame, "batch_size", path),
         "chunk_tokens": integer_column(frame, "prefill_chunk_size", path),
         "kv_tokens": integer_column(frame, "kv_cache_size", path),
-        "seconds": _attention_seconds(frame, path, is_prefill)})
+        "seconds": _attention_seconds(frame, path, is_prefill, backends)})
     bad = (out["batch_size"] < 1) | (out["is_prefill"] & (out["chunk_tokens"] < 1))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise TraceError(str(path), "batch_size (and a prefill's prefill_chunk_size) must be "
                          ">= 1", row=i + 2, field="batch_size", value=out["batch_size"].iloc[i])
-    return median_by(out, ["tp", "is_prefill", "batch_size", "chunk_tokens", "kv_tokens"])
+    named = "+".join(sorted({b for b in backends.tolist() if b}))
+    return median_by(out, ["tp", "is_prefill", "batch_size", "chunk_tokens", "kv_tokens"]), named
 
 
 def read_network(path: Path, collective: str) -> pd.DataFrame:
@@ -162,9 +192,11 @@ def _read_network_dir(folder: Path | None) -> pd.DataFrame:
 
 
 def _from_files(files: ProfileFiles) -> ProfileTables:
-    attention = read_attention(files.attention) if files.attention else _empty(ATTENTION_COLUMNS)
+    attention, backend = (read_attention_backend(files.attention) if files.attention
+                          else (_empty(ATTENTION_COLUMNS), ""))
     return ProfileTables(str(files.root), files.gpu, files.model, dense=read_dense(files.mlp),
-                         attention=attention, network=_read_network_dir(files.network))
+                         attention=attention, attention_backend=backend,
+                         network=_read_network_dir(files.network))
 
 
 def read_real_profile(path: Path, model: str | None = None) -> ProfileTables:

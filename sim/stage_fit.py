@@ -7,6 +7,10 @@ scipy.optimize.least_squares, the parameters searched in log space within physic
   small   norm/rope/act/add efficiencies and small_fixed_s on the norm, RoPE, act and add ops;
   prefill attn_prefill_* on the prefill attention rows;
   decode  attn_decode_* on the decode attention rows;
+          rows with prefill over a KV prefix fit the kernel of sim/stage_attention.py with its
+          span, split-KV, decode work item and floor (CONTEXT_PREFILL_FIELDS, CONTEXT_DECODE_
+          FIELDS; from CONTEXT_START's values where `base` has none); rows without fit the
+          chunk-only terms (PREFILL_FIELDS, DECODE_FIELDS) with those set to 0;
   network one (latency, bus bandwidth) per group size on the intra-node all_reduce curve.
 Parameters no profile row measures (sampler, CPU/engine, all-reduce launch) are kept from the
 `base` params. Inputs are the DataFrames of `sim.profile_tables.ProfileTables` (seconds).
@@ -35,11 +39,19 @@ SMALL_FIELDS = ("norm_eff", "rope_eff", "act_eff", "add_eff", "small_fixed_s")
 PREFILL_FIELDS = ("attn_prefill_eff", "attn_prefill_half_tokens", "attn_prefill_fixed_s")
 DECODE_FIELDS = ("attn_decode_eff_small", "attn_decode_eff_large", "attn_decode_half_batch",
                  "attn_decode_fixed_s")
+# the attention kernel over a KV prefix (sim/stage_attention.py): span and split-KV terms
+CONTEXT_PREFILL_FIELDS = ("attn_prefill_eff", "attn_prefill_key_s", "attn_prefill_split_rows",
+                          "attn_prefill_fixed_s")
+CONTEXT_DECODE_FIELDS = (*DECODE_FIELDS, "attn_decode_item_s", "attn_decode_floor_s",
+                         "attn_decode_floor_half_tokens")
 BOUNDS = {  # (low, high) of each fitted field
     "gemm_half_tokens": (0.5, 4096.0), "attn_prefill_half_tokens": (1.0, 16384.0),
     "attn_decode_half_batch": (0.5, 1024.0),
     "gemm_fixed_s": (1e-7, 1e-4), "small_fixed_s": (1e-7, 1e-4),
-    "attn_prefill_fixed_s": (1e-7, 2e-4), "attn_decode_fixed_s": (1e-7, 2e-4)}
+    "attn_prefill_fixed_s": (1e-7, 2e-4), "attn_decode_fixed_s": (1e-7, 2e-4),
+    "attn_prefill_key_s": (1e-10, 1e-6), "attn_prefill_split_rows": (1.0, 1e7),
+    "attn_decode_item_s": (1e-11, 1e-6), "attn_decode_floor_s": (1e-7, 2e-4),
+    "attn_decode_floor_half_tokens": (1.0, 16384.0)}
 EFF_BOUNDS = (0.01, 1.0)  # every efficiency: a fraction of the datasheet peak
 LL_MIN_BW = 2e9  # bytes/s: a low-latency all-reduce protocol slower than this fits noise
 LL_MIN_SIZES = 8  # measured sizes on which a low-latency protocol must be the faster one
@@ -59,6 +71,13 @@ FIT_START = StageParams(
     allreduce=AllReduceParams((2, 4, 8), (30e-6, 30e-6, 35e-6), (150e9, 160e9, 170e9)),
     allreduce_launch_s=20e-6, sampler_fixed_s=0.2e-3, sampler_per_seq_s=2e-6, cpu_step_s=2.5e-3,
     cpu_per_seq_s=5e-6)
+# Where a fit of the attention kernel over a KV prefix starts (the A100's FlashInfer set is
+# fitted from it): a FLOP rate independent of the chunk, a 100 ns/key span split below 50k
+# query rows, 10 ns per decode work item, a 20 us split-KV floor reached at ~100 tokens
+CONTEXT_START = replace(
+    FIT_START, attn_prefill_eff=0.6, attn_prefill_half_tokens=0.0, attn_prefill_key_s=1e-7,
+    attn_prefill_split_rows=5e4, attn_decode_item_s=1e-8, attn_decode_floor_s=2e-5,
+    attn_decode_floor_half_tokens=100.0)
 
 
 def _bounds(name: str) -> tuple[float, float]:
@@ -113,11 +132,34 @@ def fit_dense(base: StageParams, model: ModelSpec, gpu: GPUSpec,
     return base
 
 
+def attention_fields(base: StageParams) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(prefill, decode) fields of `base`'s attention form: the KV-prefix kernel's when it has
+    a prefill span, else the chunk-only ones."""
+    if base.attn_prefill_key_s > 0:
+        return CONTEXT_PREFILL_FIELDS, CONTEXT_DECODE_FIELDS
+    return PREFILL_FIELDS, DECODE_FIELDS
+
+
+def attention_start(base: StageParams, with_context: bool) -> StageParams:
+    """`base` in the attention form the rows call for (module doc): the KV-prefix kernel's,
+    its unset terms from CONTEXT_START, or the chunk-only one, the other terms 0."""
+    if with_context:
+        extra = [*CONTEXT_PREFILL_FIELDS, *CONTEXT_DECODE_FIELDS]
+        return replace(base, attn_prefill_half_tokens=0.0, **{
+            f: getattr(CONTEXT_START, f) for f in extra if getattr(base, f) <= 0})
+    half = base.attn_prefill_half_tokens or FIT_START.attn_prefill_half_tokens
+    return replace(base, attn_prefill_half_tokens=half, attn_prefill_key_s=0.0,
+                   attn_prefill_split_rows=0.0, attn_decode_item_s=0.0, attn_decode_floor_s=0.0,
+                   attn_decode_floor_half_tokens=0.0)
+
+
 def fit_attention(base: StageParams, model: ModelSpec, gpu: GPUSpec,
                   attention: pd.DataFrame) -> StageParams:
-    """Prefill and decode attention fields from TP-1 attention rows."""
+    """Prefill and decode attention fields from TP-1 attention rows, in the form they call for
+    (`attention_start`)."""
     rows = attention[attention["tp"] == 1]
     pre, dec = rows[rows["is_prefill"]], rows[~rows["is_prefill"]]
+    base = attention_start(base, bool((pre["kv_tokens"] > 0).any()))
 
     def predict_pre(params: StageParams) -> np.ndarray:
         m = _model(model, gpu, params)
@@ -129,8 +171,10 @@ def fit_attention(base: StageParams, model: ModelSpec, gpu: GPUSpec,
         return np.array([m.attn_decode_layer_s(b, kv) for b, kv in
                          zip(dec["batch_size"], dec["kv_tokens"])])
 
-    base = fit_fields(base, PREFILL_FIELDS, pre["seconds"].to_numpy(), predict_pre)
-    return fit_fields(base, DECODE_FIELDS, dec["seconds"].to_numpy(), predict_dec)
+    prefill_fields, decode_fields = attention_fields(base)
+    # decode first: a prefill's KV reads bound it at the decode kernel's large-batch rate
+    base = fit_fields(base, decode_fields, dec["seconds"].to_numpy(), predict_dec)
+    return fit_fields(base, prefill_fields, pre["seconds"].to_numpy(), predict_pre)
 
 
 def _fit_alpha_beta(moved: np.ndarray, log_t: np.ndarray, x0: list[float], lo: list[float],

@@ -7,8 +7,10 @@ iteration as
     + step_fixed_s(num_seqs, num_sampled)
 
 (the GPU part at least num_layers * cpu_launch_per_layer_s, host launch work it overlaps) with
-the formulas of `sim/stage_params.py`. Fixed per-kernel and per-layer costs do not divide
-by TP; only the work does. `iteration_times_from_sums` has the signature and semantics of
+the formulas of `sim/stage_params.py` (attention: `sim/stage_attention.py`; several prefill
+chunks of a step run as one kernel over equal chunks with the step's sums, `sim/step_shape.py`).
+Fixed per-kernel and per-layer costs do not divide by TP; only the work does.
+`iteration_times_from_sums` has the signature and semantics of
 `RooflineCostModel.iteration_times_from_sums`, so `CostModelExecutor` can run either. Torch-free;
 constants are folded in `__init__` so a call is a few float operations (plus one numpy
 expression over the decode iterations of a multi-iteration step). MoE and MLA models compose
@@ -28,19 +30,19 @@ from sim.cost_model import ACT_DTYPE_BYTES, DeploymentSpec, kv_dtype_bytes, weig
 from sim.hardware import dense_peak_flops
 from sim.moe_stage import MoEStageTerms
 from sim.run_ends import ends_of
+from sim.stage_attention import AttentionTerms
 from sim.stage_params import StageParams
+from sim.step_shape import split_from_sums
 
 
 class StageCostModel:
     """Per-stage and per-iteration seconds of a deployment (see the module docstring)."""
 
     __slots__ = ("deployment", "params", "_layers", "_tp", "_gemms", "_inv_c", "_inv_w",
-                 "_half", "_gemm_fixed", "_small_fixed", "_small_spt", "_attn_fpp", "_attn_inv_c",
-                 "_attn_half", "_attn_fixed", "_kv_bpt", "_kv_inv_large", "_dec_small",
-                 "_dec_span", "_dec_half", "_dec_fixed", "_inv_bw", "_ar_fixed", "_ar_spb",
-                 "_ar_ll_fixed", "_ar_ll_spb", "_launch_floor", "_overlap",
-                 "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt", "_vocab_bytes", "_moe",
-                 "_decode_cache")
+                 "_half", "_gemm_fixed", "_small_fixed", "_small_spt", "_attn", "_inv_bw",
+                 "_ar_fixed", "_ar_spb", "_ar_ll_fixed", "_ar_ll_spb", "_launch_floor",
+                 "_overlap", "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt",
+                 "_vocab_bytes", "_moe", "_decode_cache")
 
     def __init__(self, deployment: DeploymentSpec, params: StageParams) -> None:
         self.deployment = deployment  # the instance modelled
@@ -74,16 +76,6 @@ class StageCostModel:
                            + (up_out + inter) * a * inv_bw / p.act_eff  # act in + out
                            + 3 * h * a * inv_bw / p.add_eff)  # s/token; add: 2 in + 1 out
         self._small_fixed = 5 * p.small_fixed_s  # seconds: 2 norms, RoPE, act, add per layer
-        self._attn_fpp = 4.0 * heads * hd  # FLOPs per (query, key) pair per layer
-        self._attn_inv_c = 1.0 / (gpu.peak_tensor_flops * p.attn_prefill_eff)  # s/FLOP
-        self._attn_half = p.attn_prefill_half_tokens  # tokens
-        self._attn_fixed = p.attn_prefill_fixed_s  # seconds per layer
-        self._kv_bpt = 2 * kvh * hd * kv_dtype_bytes(deployment.kv_dtype)  # bytes/token/layer
-        self._kv_inv_large = inv_bw / p.attn_decode_eff_large  # s/byte
-        self._dec_small = p.attn_decode_eff_small  # fraction of peak
-        self._dec_span = p.attn_decode_eff_large - p.attn_decode_eff_small  # fraction of peak
-        self._dec_half = p.attn_decode_half_batch  # sequences
-        self._dec_fixed = p.attn_decode_fixed_s  # seconds per layer
         lat, bus = p.allreduce.curve(tp)
         self._ar_fixed = (p.allreduce_launch_s + lat) if tp > 1 else 0.0  # seconds
         self._ar_spb = (2 * (tp - 1) / tp / bus) if tp > 1 else 0.0  # seconds per byte
@@ -93,13 +85,22 @@ class StageCostModel:
         self._hidden_bytes = h * a  # bytes of one token's hidden state
         self._lm_gemm = self._gemm_consts(h, m.vocab_size / tp, a)  # lm_head stays fp16
         self._vocab_bytes = m.vocab_size * a  # bytes of one sequence's logits
-        self._decode_cache: dict[int, tuple[float, float, float]] = {}  # decode terms by batch
+        self._decode_cache: dict[int, tuple[float, ...]] = {}  # decode terms by batch size
         self._moe: MoEStageTerms | None = None  # the layers of an MoE / MLA model
         if m.moe is not None or m.mla is not None:
             self._moe = MoEStageTerms(deployment, p)
+        fpp = 4.0 * heads * hd  # FLOPs per (query, key) pair per layer
+        kv_bpt = 2 * kvh * hd * kv_dtype_bytes(deployment.kv_dtype)  # bytes/token/layer
         if m.mla is not None:  # the cached latent, on every GPU; per-head K and V in prefill
-            self._kv_bpt = m.mla.kv_elements_per_token * kv_dtype_bytes(deployment.kv_dtype)
-            self._attn_fpp = float(heads * m.mla.flops_per_pair_per_head())
+            kv_bpt = m.mla.kv_elements_per_token * kv_dtype_bytes(deployment.kv_dtype)
+            fpp = float(heads * m.mla.flops_per_pair_per_head())
+        self._attn = AttentionTerms(p, gpu.peak_tensor_flops, gpu.hbm_bandwidth, heads, kvh,
+                                    fpp, kv_bpt)  # attention kernels (sim/stage_attention.py)
+
+    @property
+    def _kv_bpt(self) -> float:
+        """Bytes of K and V per cached token per layer on one GPU."""
+        return self._attn.kv_bpt
 
     @staticmethod
     def _gemm_consts(k: float, n_out: float, weight_bytes: float) -> tuple[float, float, float]:
@@ -143,23 +144,11 @@ class StageCostModel:
 
     def attn_prefill_layer_s(self, chunk_tokens: float, context_tokens: float) -> float:
         """One layer's attention for one chunk of chunk_tokens after context_tokens cached."""
-        n = chunk_tokens
-        if n <= 0:
-            return 0.0
-        flops = self._attn_fpp * n * (context_tokens + (n + 1) * 0.5)
-        compute = flops * (n + self._attn_half) / n * self._attn_inv_c
-        memory = (context_tokens + n) * self._kv_bpt * self._kv_inv_large
-        return max(compute, memory) + self._attn_fixed
-
-    def _decode_s_per_kv_token(self, batch_size: float) -> float:
-        eff = self._dec_small + self._dec_span * batch_size / (batch_size + self._dec_half)
-        return self._kv_bpt * self._inv_bw / eff
+        return self._attn.prefill_s(1, chunk_tokens, context_tokens)
 
     def attn_decode_layer_s(self, batch_size: int, kv_tokens: float) -> float:
         """One layer's decode attention of batch_size requests with kv_tokens context each."""
-        if batch_size <= 0:
-            return 0.0
-        return self._dec_fixed + batch_size * kv_tokens * self._decode_s_per_kv_token(batch_size)
+        return self._attn.decode_s(batch_size, batch_size * kv_tokens)
 
     def allreduce_s(self, size_bytes: float) -> float:
         """One all-reduce of size_bytes over the TP group, launch included (0 at TP 1): the
@@ -202,18 +191,14 @@ class StageCostModel:
     # ---- iterations -------------------------------------------------------------------------
     @staticmethod
     def split_sums(num_tokens: int, sum_context: int, sum_new_x_context: int,
-                   sum_new_squared: int, num_seqs: int) -> tuple[float, float, int, float]:
-        """(prefill chunk, its context, decode rows, decode KV tokens) from batch sums.
-
-        Exact when at most one row has more than one new token (decode rows compute 1 token);
-        several prefill chunks are merged into one chunk with the same sum of n_i (n_i - 1)."""
-        extra = sum_new_squared - num_tokens  # sum n_i (n_i - 1): 0 iff every row decodes
-        if extra <= 0:
-            return 0.0, 0.0, num_seqs, float(sum_context + num_tokens)
-        n = 0.5 + math.sqrt(0.25 + extra)
-        c = max(0.0, (sum_new_x_context - sum_context) / (n - 1.0))
-        kv = max(0.0, sum_context + num_tokens - c - n)
-        return n, c, max(num_seqs - 1, 0), kv
+                   sum_new_squared: int, num_seqs: int) -> tuple[int, float, float, int, float]:
+        """(prefill chunks, tokens per chunk, context per chunk, decode rows, KV tokens the
+        decode rows read: context + their new token) from batch sums: the equal-chunk batch
+        with these sums (`sim.step_shape.split_from_sums`), exact for one chunk or equal
+        chunks, with or without decode rows."""
+        p, m, c, d, c_dec = split_from_sums(num_tokens, sum_context, sum_new_x_context,
+                                            sum_new_squared, num_seqs)
+        return p, m, c, d, c_dec + d
 
     def _layers_s(self, num_tokens: int, attention_s: float) -> float:
         if self._moe is not None:
@@ -226,11 +211,11 @@ class StageCostModel:
         """Seconds of an iteration computing the given chunks (batch sums)."""
         if not num_tokens:
             return self.params.cpu_step_s  # nothing to compute: no forward pass
-        n, c, d, kv = self.split_sums(num_tokens, sum_context, sum_new_x_context,
-                                      sum_new_squared, num_seqs)
-        attn = self.attn_prefill_layer_s(n, c)
+        p, n, c, d, c_dec = split_from_sums(num_tokens, sum_context, sum_new_x_context,
+                                            sum_new_squared, num_seqs)
+        attn = self._attn.prefill_s(p, n, c) if p else 0.0  # one kernel over the chunks
         if d:
-            attn += self._dec_fixed + kv * self._decode_s_per_kv_token(d)
+            attn += self._attn.decode_s(d, c_dec + d)  # decode rows read their new token too
         gpu = self._layers_s(num_tokens, attn) + self.gpu_fixed_s(num_seqs, num_sampled)
         if self._overlap:
             return max(gpu, self._launch_floor, self.host_s(num_seqs))
@@ -251,8 +236,10 @@ class StageCostModel:
             out[1:] = self.params.cpu_step_s  # an empty batch only pays the overhead
             return out
         kv_after = np.arange(1, num_iterations, dtype=np.float64) * b + (sum_context + num_tokens)
-        base, slope, host = self._decode_terms(b)
+        base, slope, host, f_base, f_layers, f_half = self._decode_terms(b)
         gpu = base + slope * kv_after
+        if f_layers:  # decode attention's split-KV floor (sim/stage_attention.py)
+            np.maximum(gpu, f_base + f_layers * kv_after / (kv_after + f_half), out=gpu)
         if self._launch_floor:
             np.maximum(gpu, self._launch_floor, out=gpu)
         if self._overlap:
@@ -261,14 +248,20 @@ class StageCostModel:
             out[1:] = gpu + host
         return out
 
-    def _decode_terms(self, b: int) -> tuple[float, float, float]:
-        """A decode iteration of `b` sequences: its GPU seconds outside the KV-proportional
-        attention, seconds per KV token, host seconds. Cached per batch size."""
+    def _decode_terms(self, b: int) -> tuple[float, ...]:
+        """(base, slope, host, f_base, f_layers, f_half) of a decode iteration of `b`
+        sequences reading kv tokens: GPU seconds max(base + slope kv, f_base + f_layers kv /
+        (kv + f_half)) (the second: attention at its floor; f_layers 0 without one), host
+        seconds. Cached per batch size."""
         terms = self._decode_cache.get(b)
         if terms is None:
+            a, layers = self._attn, self._layers
+            f_layers = layers * a.floor_s
             terms = self._decode_cache[b] = (
-                self._layers_s(b, self._dec_fixed) + self.gpu_fixed_s(b, b),
-                self._layers * self._decode_s_per_kv_token(b), self.host_s(b))
+                self._layers_s(b, a.decode_base_s(b)) + self.gpu_fixed_s(b, b),
+                layers * a.decode_s_per_kv_token(b), self.host_s(b),
+                (self._layers_s(b, 0.0) + self.gpu_fixed_s(b, b)) if f_layers else 0.0,
+                f_layers, a.floor_half * b)
         return terms
 
     def iteration_ends_from_sums(self, num_tokens: int, sum_context: int,
@@ -285,13 +278,18 @@ class StageCostModel:
             if num_iterations > 1 and first < until_s:  # an empty batch: overhead only
                 return ends_of(first, [self.params.cpu_step_s] * (num_iterations - 1), until_s)
             return ends
-        base, slope, host = self._decode_terms(b)
+        base, slope, host, f_base, f_layers, f_half = self._decode_terms(b)
         floor = self._launch_floor
         if self._overlap:  # the host's work beside the GPU's: a floor like the launch one
             floor, host = max(floor, host), 0.0
-        e, kv0, append = first, sum_context + num_tokens, ends.append
-        for j in range(1, num_iterations):
-            gpu = base + slope * float(j * b + kv0)
+        e, kv, append = first, float(sum_context + num_tokens), ends.append
+        for _ in range(1, num_iterations):
+            kv += b  # exact (integers below 2**53), as the numpy path's arange * b + kv0
+            gpu = base + slope * kv
+            if f_layers:
+                at_floor = f_base + f_layers * kv / (kv + f_half)
+                if at_floor > gpu:
+                    gpu = at_floor
             if floor and gpu < floor:
                 gpu = floor
             e += gpu + host

@@ -6,10 +6,19 @@ and a fixed cost per kernel or per layer that does NOT divide by tensor parallel
   GEMM        max(flops / (peak * eff_c(n)), bytes / (bw * gemm_weight_eff)) + gemm_fixed_s,
               eff_c(n) = gemm_compute_eff * n / (n + gemm_half_tokens)  (n = tokens);
   small       norms, RoPE, activation, residual add: bytes / (bw * <kernel>_eff) + small_fixed_s;
-  prefill     attention: max(flops / (peak * eff_a(n)), kv bytes / (bw * eff_kv_large))
-              + attn_prefill_fixed_s, eff_a(n) = attn_prefill_eff * n / (n + half);
-  decode      attention: kv bytes / (bw * eff_kv(b)) + attn_decode_fixed_s, eff_kv(b) rising from
-              attn_decode_eff_small (batch -> 0) to attn_decode_eff_large (batch -> inf);
+  prefill     attention of p chunks of n query tokens, each after c cached tokens (one kernel):
+              max(work + span, kv bytes / (bw * eff_kv_large)) + attn_prefill_fixed_s, where
+              work = flops / (peak * eff_a(n)), flops = 4 heads head_dim p n (c + (n + 1) / 2)
+              (the context part and the causal part), eff_a(n) = attn_prefill_eff * n / (n +
+              attn_prefill_half_tokens) (half 0: a rate independent of the chunk), and span =
+              attn_prefill_key_s * (c + n) * r / (r + attn_prefill_split_rows), r = p n heads
+              query rows per GPU: the serial key loop of the longest query tile, which a kernel
+              with few query rows splits across idle SMs (sim/stage_attention.py);
+  decode      attention of b sequences with kv tokens each: max(floor, attn_decode_fixed_s
+              + attn_decode_item_s * b * kv_heads + kv bytes / (bw * eff_kv(b))), eff_kv(b)
+              rising from attn_decode_eff_small (batch -> 0) to attn_decode_eff_large (batch ->
+              inf), floor = attn_decode_floor_s * kv / (kv + attn_decode_floor_half_tokens)
+              (the split-KV path a long context takes: partial attention, then a merge kernel);
   all-reduce  allreduce_launch_s + min over NCCL protocols of latency(w) + bytes * 2 (w - 1) / w
               / bus_bandwidth(w): the bulk protocol and, where fitted, the low-latency one
               (NCCL's LL: less latency, less bandwidth; its tuner picks the faster);
@@ -31,6 +40,7 @@ from sim.errors import ConfigError, check_fraction, check_positive
 EFFICIENCY_FIELDS = ("gemm_compute_eff", "gemm_weight_eff", "norm_eff", "rope_eff", "act_eff",
                      "add_eff", "attn_prefill_eff", "attn_decode_eff_small",
                      "attn_decode_eff_large")
+ZERO_OK_FIELDS = ("attn_prefill_half_tokens", "attn_decode_floor_half_tokens")  # may be 0
 
 
 def _check_finite_nonneg(where: str, value: float, allow_zero: bool = True) -> None:
@@ -107,6 +117,7 @@ class StageParams:
     small_fixed_s: float  # seconds per small (norm, RoPE, act, add, embedding) kernel
     attn_prefill_eff: float  # max fraction of peak tensor FLOP/s of prefill attention
     attn_prefill_half_tokens: float  # chunk tokens at which prefill attention eff is half max
+    # (0: a FLOP rate independent of the chunk; the span term then carries the shape)
     attn_prefill_fixed_s: float  # seconds per layer of the prefill attention kernel
     attn_decode_eff_small: float  # fraction of peak HBM bytes/s decode reads KV at, batch -> 0
     attn_decode_eff_large: float  # fraction of peak HBM bytes/s decode reads KV at, batch -> inf
@@ -122,6 +133,17 @@ class StageParams:
     # that the GPU work overlaps (a floor on it); 0: CUDA graphs replay a step in one launch
     cpu_overlapped: bool = False  # host work runs beside the GPU step (async scheduling): a
     # step takes the longer of the two, not their sum
+    # attention terms added with the FlashInfer fit (issue 25); their defaults (0) give the
+    # chunk-only prefill and linear decode of the earlier parameter sets exactly
+    attn_prefill_key_s: float = 0.0  # seconds per attended key of the longest query tile's
+    # serial loop (the prefill kernel's span); 0: no span term
+    attn_prefill_split_rows: float = 0.0  # query rows (tokens x heads per GPU) at which half
+    # the span remains: fewer rows split the key loop across idle SMs; 0: never split
+    attn_decode_item_s: float = 0.0  # seconds per (sequence, KV head) work item of decode
+    attn_decode_floor_s: float = 0.0  # seconds per layer decode attention takes at least on
+    # long contexts (the split-KV path: partial attention, then a merge kernel)
+    attn_decode_floor_half_tokens: float = 0.0  # context tokens per sequence at which half the
+    # floor applies (0: all of it at any context)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -136,5 +158,5 @@ class StageParams:
                 _check_finite_nonneg(f.name, value, allow_zero=False)
                 check_fraction(f.name, value)
             else:
-                _check_finite_nonneg(f.name, value,
-                                     allow_zero=not f.name.endswith(("_tokens", "_batch")))
+                _check_finite_nonneg(f.name, value, allow_zero=f.name in ZERO_OK_FIELDS
+                                     or not f.name.endswith(("_tokens", "_batch")))

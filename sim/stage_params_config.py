@@ -23,14 +23,16 @@ from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.host_presets import apply_host, host_preset
 from sim.jsonfile import read_json_object
-from sim.stage_params import EFFICIENCY_FIELDS, AllReduceParams, StageParams
+from sim.stage_params import EFFICIENCY_FIELDS, ZERO_OK_FIELDS, AllReduceParams, StageParams
 
 WHERE = "cluster.cost_model"  # the config field the options live in
 PARAMS_KEY = "params"  # cost_model key naming a StageParams JSON file
 FILE_SECTION = "stage_params"  # the section of a parameter file that holds the fields
 META_KEYS = ("format", "version", "source", "errors")  # file keys that are not fields
 STAGE_FIELDS = tuple(f.name for f in fields(StageParams))  # every StageParams field name
-OPTIONAL_FIELDS = ("cpu_launch_per_layer_s", "cpu_overlapped")  # a file may leave at default
+OPTIONAL_FIELDS = ("cpu_launch_per_layer_s", "cpu_overlapped", "attn_prefill_key_s",
+                   "attn_prefill_split_rows", "attn_decode_item_s", "attn_decode_floor_s",
+                   "attn_decode_floor_half_tokens")  # a file may leave at default (older files)
 ALLREDUCE_KEYS = ("num_workers", "latency_s", "bus_bandwidth")  # AllReduceParams fields, required
 ALLREDUCE_LL_KEYS = ("ll_latency_s", "ll_bus_bandwidth")  # optional low-latency protocol
 
@@ -89,7 +91,7 @@ def check_value(where: str, name: str, value: Any) -> Any:
     number = _number(f"{where}.{name}", value)
     if name in EFFICIENCY_FIELDS and not 0 < number <= 1:
         raise ConfigError(f"{where}.{name}", value, "an efficiency: must be in (0, 1]")
-    if name.endswith(("_tokens", "_batch")) and number <= 0:
+    if name.endswith(("_tokens", "_batch")) and number <= 0 and name not in ZERO_OK_FIELDS:
         raise ConfigError(f"{where}.{name}", value, "must be > 0")
     return number
 

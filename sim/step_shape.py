@@ -38,26 +38,34 @@ class BatchShape:
         return self.num_prefill * self.chunk_tokens + self.num_decode
 
 
-def shape_from_sums(num_tokens: int, sum_context: int, sum_new_x_context: int,
-                    sum_new_squared: int, num_seqs: int) -> BatchShape:
-    """The equal-chunk batch with these sums (see the module doc)."""
-    t, n, s, c = float(num_tokens), float(num_seqs), float(sum_new_squared), float(sum_context)
+def split_from_sums(num_tokens: int, sum_context: int, sum_new_x_context: int,
+                    sum_new_squared: int, num_seqs: int) -> tuple[int, float, float, int, float]:
+    """(prefill chunks, tokens per chunk, context per chunk, decode rows, their total context)
+    of the equal-chunk batch with these sums (see the module doc); plain floats, for hot paths."""
     if num_seqs <= 0 or num_tokens <= 0:
-        return BatchShape(0, 0.0, 0.0, 0, 0.0)
+        return 0, 0.0, 0.0, 0, 0.0
     if num_tokens <= num_seqs:  # every row computes one token
-        return BatchShape(0, 0.0, 0.0, num_seqs, c / num_seqs)
+        return 0, 0.0, 0.0, num_seqs, float(sum_context)
+    t, n, s, c = float(num_tokens), float(num_seqs), float(sum_new_squared), float(sum_context)
     denom = n + s - 2.0 * t
     d = (n * s - t * t) / denom if denom > 0 else 0.0
-    decode = int(min(max(round(d), 0), num_seqs - 1))
+    decode = round(d)  # clamped to [0, num_seqs - 1] (comparisons: this runs every step)
+    decode = 0 if decode < 0 else (num_seqs - 1 if decode > num_seqs - 1 else decode)
     prefill = num_seqs - decode
     chunk = (t - decode) / prefill
     if not decode:
         c_prefill = c
     elif chunk > 1.0:
         c_prefill = (float(sum_new_x_context) - c) / (chunk - 1.0)
-        c_prefill = min(max(c_prefill, 0.0), c)
+        c_prefill = 0.0 if c_prefill < 0.0 else (c if c_prefill > c else c_prefill)
     else:
         c_prefill = c * prefill / num_seqs
-    c_decode = c - c_prefill
-    return BatchShape(prefill, chunk, c_prefill / prefill, decode,
-                      c_decode / decode if decode else 0.0)
+    return prefill, chunk, c_prefill / prefill, decode, c - c_prefill
+
+
+def shape_from_sums(num_tokens: int, sum_context: int, sum_new_x_context: int,
+                    sum_new_squared: int, num_seqs: int) -> BatchShape:
+    """The equal-chunk batch with these sums (see the module doc)."""
+    p, chunk, c_prefill, decode, c_decode = split_from_sums(
+        num_tokens, sum_context, sum_new_x_context, sum_new_squared, num_seqs)
+    return BatchShape(p, chunk, c_prefill, decode, c_decode / decode if decode else 0.0)

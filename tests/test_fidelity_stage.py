@@ -18,7 +18,7 @@ from sim.gpu_params import (A100_80GB_PARAMS, GPU_STAGE_PARAMS, L40S, STAGE_GPUS
 from sim.hardware import GPUSpec, get_gpu
 from sim.models import ModelSpec, get_model
 from sim.stage_fit import (DECODE_FIELDS, FIT_START, GEMM_FIELDS, PREFILL_FIELDS, SMALL_FIELDS,
-                           fit_allreduce, fit_stage_params)
+                           attention_fields, fit_allreduce, fit_stage_params)
 from sim.stage_model import StageCostModel
 from sim.stage_params import EFFICIENCY_FIELDS, AllReduceParams, StageParams
 from sim.stage_times import StageTimes
@@ -114,9 +114,13 @@ def test_implements_the_protocol() -> None:
 def test_split_sums_exact_for_one_prefill_and_decodes() -> None:
     n, c = [100, 1, 1, 1], [50, 10, 20, 30]
     sums = (sum(n), sum(c), sum(a * b for a, b in zip(n, c)), sum(a * a for a in n), len(n))
-    chunk, ctx, d, kv = StageCostModel.split_sums(*sums)
-    assert (chunk, ctx, d, kv) == pytest.approx((100, 50, 3, 11 + 21 + 31))
-    assert StageCostModel.split_sums(3, 60, 60, 3, 3) == (0.0, 0.0, 3, 63.0)
+    p, chunk, ctx, d, kv = StageCostModel.split_sums(*sums)
+    assert (p, chunk, ctx, d, kv) == pytest.approx((1, 100, 50, 3, 11 + 21 + 31))
+    assert StageCostModel.split_sums(3, 60, 60, 3, 3) == (0, 0.0, 0.0, 3, 63.0)
+    # equal chunks stay apart (one kernel over 4 chunks of 512), not one merged chunk
+    n, c = [512] * 4 + [1, 1], [1000] * 4 + [7, 9]
+    sums = (sum(n), sum(c), sum(a * b for a, b in zip(n, c)), sum(a * a for a in n), len(n))
+    assert StageCostModel.split_sums(*sums) == pytest.approx((4, 512, 1000, 2, 8 + 10))
 
 
 def test_iteration_composes_the_stages() -> None:
@@ -210,11 +214,12 @@ def synthetic_tables(params: StageParams, model: ModelSpec, gpu: GPUSpec) -> tup
     dense = pd.DataFrame([{"tp": 1, "num_tokens": n, **{f"{k}_s": v for k, v in
                                                         m.dense_ops_s(n).items()}}
                           for n in tokens])
-    att = [{"tp": 1, "is_prefill": True, "batch_size": 1, "chunk_tokens": n, "kv_tokens": 0,
-            "seconds": m.attn_prefill_layer_s(n, 0)} for n in (64, 128, 384, 1024, 2048, 4096)]
+    att = [{"tp": 1, "is_prefill": True, "batch_size": 1, "chunk_tokens": n, "kv_tokens": c,
+            "seconds": m.attn_prefill_layer_s(n, c)} for n in (64, 128, 384, 1024, 2048, 4096)
+           for c in ((0, 1024, 8192) if params.attn_prefill_key_s else (0,))]
     att += [{"tp": 1, "is_prefill": False, "batch_size": b, "chunk_tokens": 0, "kv_tokens": kv,
              "seconds": m.attn_decode_layer_s(b, kv)} for b in (1, 2, 4, 8, 16, 32, 64, 128)
-            for kv in (128, 512, 2048)]
+            for kv in (32, 128, 512, 2048)]
     net, ar = [], params.allreduce
     for i, w in enumerate(ar.num_workers):
         lat, bus = ar.curve(w)
@@ -225,16 +230,21 @@ def synthetic_tables(params: StageParams, model: ModelSpec, gpu: GPUSpec) -> tup
     return dense, pd.DataFrame(att), pd.DataFrame(net)
 
 
-def test_fit_recovers_known_parameters() -> None:
+@pytest.mark.parametrize("kernel", ["flashinfer", "flash_attention"])
+def test_fit_recovers_known_parameters(kernel: str) -> None:
+    """Either attention form (the KV-prefix kernel's span and floor, or the chunk-only terms)
+    is recovered from rows the model generated."""
+    from sim.attention_kernels import with_kernel
     model, gpu = get_model("llama-2-7b"), get_gpu("A100-80GB")
-    truth = replace(A100_80GB_PARAMS, add_eff=0.8, attn_decode_eff_large=0.9)
+    truth = replace(with_kernel(A100_80GB_PARAMS, kernel, gpu), add_eff=0.8,
+                    attn_decode_eff_large=0.9)
     dense, att, net = synthetic_tables(truth, model, gpu)
+    moved = (*GEMM_FIELDS, *SMALL_FIELDS, *attention_fields(truth)[0],
+             *attention_fields(truth)[1])
     start = replace(truth, **{f: getattr(truth, f) * 1.3 if f not in EFFICIENCY_FIELDS
-                              else getattr(truth, f) * 0.8
-                              for f in (*GEMM_FIELDS, *SMALL_FIELDS, *PREFILL_FIELDS,
-                                        *DECODE_FIELDS)})
+                              else getattr(truth, f) * 0.8 for f in moved})
     fitted = fit_stage_params(start, model, gpu, dense, att, net)
-    for f in (*GEMM_FIELDS, *SMALL_FIELDS, *PREFILL_FIELDS, *DECODE_FIELDS):
+    for f in moved:
         assert getattr(fitted, f) == pytest.approx(getattr(truth, f), rel=2e-3), f
     got_ar, want_ar = fitted.allreduce, truth.allreduce
     for name in ("latency_s", "bus_bandwidth", "ll_latency_s", "ll_bus_bandwidth"):
@@ -279,11 +289,15 @@ def summary(a100, stages) -> pd.DataFrame:
 
 
 def test_a100_params_are_the_fit_of_the_shared_profile(a100) -> None:
+    """The A100 set's GEMM, small-kernel and all-reduce terms, and the flash_attention kernel
+    set's attention terms (sim/attention_kernels.py), are the fit of the shared profile."""
+    from sim.attention_kernels import FLASH_ATTENTION_A100
     model, gpu = get_model("llama-2-7b"), get_gpu("A100-80GB")
     fitted = fit_stage_params(FIT_START, model, gpu, a100.dense[a100.dense["tp"] == 1],
                               a100.attention, a100.network)
+    want = replace(A100_80GB_PARAMS, **FLASH_ATTENTION_A100)
     for f in FITTED_FIELDS:
-        assert getattr(fitted, f) == pytest.approx(getattr(A100_80GB_PARAMS, f), rel=0.01), f
+        assert getattr(fitted, f) == pytest.approx(getattr(want, f), rel=0.01), f
     ar, want = fitted.allreduce, A100_80GB_PARAMS.allreduce
     assert ar.num_workers == want.num_workers
     np.testing.assert_allclose(ar.latency_s + ar.bus_bandwidth + ar.ll_latency_s
@@ -291,8 +305,14 @@ def test_a100_params_are_the_fit_of_the_shared_profile(a100) -> None:
                                + want.ll_latency_s + want.ll_bus_bandwidth, rtol=0.01)
 
 
+def flash_attention_a100() -> StageParams:
+    """The A100 set with the attention kernel the shared sample measured (FLASH_ATTENTION)."""
+    from sim.attention_kernels import with_kernel
+    return with_kernel(A100_80GB_PARAMS, "flash_attention", get_gpu("A100-80GB"))
+
+
 def test_a100_error_targets_per_regime(a100) -> None:
-    s = summary(a100, stages_for(A100_80GB_PARAMS))
+    s = summary(a100, stages_for(flash_attention_a100()))
     assert len(s) >= 20
     for key, row in s.iterrows():
         assert row["median_abs"] <= 0.10, (key, row.to_dict())
@@ -315,8 +335,9 @@ def test_fit_on_tp1_predicts_tp2_and_tp4(a100) -> None:
     from sim.stage_eval import compare
     model, gpu = get_model("llama-2-7b"), get_gpu("A100-80GB")
     tp1 = a100.dense[a100.dense["tp"] == 1]
-    fitted = fit_stage_params(replace(A100_80GB_PARAMS, gemm_compute_eff=0.5, gemm_weight_eff=0.6,
-                                      gemm_fixed_s=3e-6), model, gpu, tp1, a100.attention)
+    fitted = fit_stage_params(replace(flash_attention_a100(), gemm_compute_eff=0.5,
+                                      gemm_weight_eff=0.6, gemm_fixed_s=3e-6), model, gpu, tp1,
+                              a100.attention)
     errors = compare(stages_for(fitted), a100.dense, tps=(2, 4))
     dense = errors[errors["kind"] == "dense"]
     for tp in (2, 4):
