@@ -1,21 +1,25 @@
-"""Calibrate the cost model's engine terms from a real serving benchmark.
+"""Calibrate the cost model's engine terms and frontend latency from a real serving benchmark.
 
+    servesim calibrate RESULT.json [RESULT2.json ...] [--out FILE]      (= bench-calibrate)
     python -m experiments.bench_calibrate RESULT.json [RESULT2.json ...] --model llama-2-7b
         --gpu A100-80GB [--tp 1] [--policy vllm] [--param max_num_seqs=256 ...]
         [--cost-model roofline|stage] [--stage-params FILE.json]
         [--fit step_overhead_s,per_seq_overhead_s] [--max-evals 40] [--ttft-weight 0.1]
         [--format vllm|sglang] [--seed N] [--out FILE]
 
-`--cost-model roofline` (default) fits the roofline's step_overhead_s and per_seq_overhead_s;
-`--cost-model stage` fits the stage model's host terms cpu_step_s and cpu_per_seq_s (add
-sampler_fixed_s / sampler_per_seq_s with --fit), on top of the GPU's parameters or of
-`--stage-params FILE` (`python -m experiments.fit_gpu`), and writes
-`cost_model: {kind: stage, cpu_step_s: ..., cpu_per_seq_s: ...}`.
+`--cost-model stage` (default) fits the stage model's host terms cpu_step_s and cpu_per_seq_s
+(add sampler_fixed_s / sampler_per_seq_s with --fit), on top of the GPU's parameters or of
+`--stage-params FILE` (`python -m experiments.fit_gpu`); `--cost-model roofline` fits the
+roofline's step_overhead_s and per_seq_overhead_s. Both fit `frontend_s` too (sim/frontend.py:
+the TTFT outside the engine) unless --fit leaves it out.
 
 RESULT files come from `vllm bench serve --save-result --save-detailed` or SGLang's
 `bench_serving --output-file F --output-details` (`traces/bench_results.py`); several runs (say
-one per request rate) are fitted together. Prints the error before and after and writes a JSON
-whose `cost_model` object is usable as `cluster.cost_model: {...}` in a config.
+one per request rate) are fitted together. Prints, per file, the errors of the simulated mean,
+p50 and p99 of TTFT, TPOT, ITL and E2E before and after (sim/bench_metrics.py), then per-request
+errors, and writes a calibration file (experiments/bench_calibration_file.py; default
+<first result's name>.calibration.json here) that a config uses as it is:
+`cluster.cost_model: {calibration: FILE}`, or `servesim run --calibration FILE`.
 """
 
 from __future__ import annotations
@@ -29,16 +33,18 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from experiments.bench_calibration_file import (calibration_dict, fitted_options,
+                                                write_calibration)
 from policies.registry import policy_factory
 from sim.bench_fit import (DEFAULT_FIT, FIT_PARAMS, STAGE_DEFAULT_FIT, STAGE_FIT_PARAMS,
                            TTFT_WEIGHT, BenchFit, fit_bench)
-from sim.bench_replay import usable_rows
+from sim.bench_metrics import error_table, format_tables, measured_table, simulated_table
+from sim.bench_replay import replay_run, usable_rows
 from sim.cluster import ClusterSpec
 from sim.errors import ConfigError, TraceError
 from traces.bench_results import BenchResult, read_bench_result
 
-FORMAT = "servesim.bench_calibration"  # the written file's `format`
-FORMAT_VERSION = 1  # bumped when its layout changes
+OUT_SUFFIX = ".calibration.json"  # default --out: <first result's stem> + this, here
 
 
 def parse_params(items: Sequence[str]) -> dict[str, Any]:
@@ -52,26 +58,9 @@ def parse_params(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def calibration_dict(fit: BenchFit, results: Sequence[BenchResult], cluster: ClusterSpec,
-                     policy: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The JSON written by --out."""
-    return {
-        "format": FORMAT, "version": FORMAT_VERSION,
-        "cost_model": {**cluster.cost_model, **fit.overrides},
-        "model": cluster.model, "gpu": cluster.gpu, "tensor_parallel": cluster.tensor_parallel,
-        "policy": policy, "policy_params": params,
-        "runs": [{"source": r.source, "format": r.format, "arrivals": r.arrivals,
-                  "num_requests": len(r.trace), "num_failed": r.num_failed,
-                  "request_rate": None if r.request_rate == float("inf") else r.request_rate,
-                  "max_concurrency": r.max_concurrency} for r in results],
-        "before": fit.before.as_dict(), "after": fit.after.as_dict(),
-        "num_evaluations": fit.num_evaluations, "optimizer": fit.message,
-    }
-
-
 def format_table(fit: BenchFit) -> str:
-    """Before / after errors, one row each (percent)."""
-    head = (f"{'':8}{'TTFT med|e|':>12}{'p90|e|':>9}{'bias':>8}{'mean':>8}"
+    """Before / after per-request errors, one row each (percent)."""
+    head = (f"{'per-req':8}{'TTFT med|e|':>12}{'p90|e|':>9}{'bias':>8}{'mean':>8}"
             f"{'TPOT med|e|':>13}{'p90|e|':>9}{'bias':>8}{'mean':>8}{'unfin':>7}")
     rows = [head]
     for name, s in (("before", fit.before), ("after", fit.after)):
@@ -109,7 +98,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="result layout (default: guessed from the keys)")
     p.add_argument("--seed", type=int, default=None, help="seed of the rebuilt send schedule "
                    "when a file has no start_times (default: the tool's default --seed)")
-    p.add_argument("--out", default=None, help="calibration JSON to write")
+    p.add_argument("--out", default=None, help=f"calibration JSON to write (default: the first "
+                   f"result's name + {OUT_SUFFIX}, in the current folder)")
     return p
 
 
@@ -143,6 +133,27 @@ def cost_model_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"kind": "stage", **({"params": args.stage_params} if args.stage_params else {})}
 
 
+def metric_tables(results: Sequence[BenchResult], cluster: ClusterSpec, policy: Any,
+                  fit: BenchFit) -> list[dict[str, Any]]:
+    """Per result: its measured latency distributions and the errors of the simulated ones
+    with the cluster's own cost model (before) and the fitted one (after)."""
+    out = []
+    for r in results:
+        gaps = r.itls.loc[r.itls["bench_index"].isin(r.trace["bench_index"]), "gap_s"]
+        measured = measured_table(r.trace, gaps.to_numpy())
+        runs = [replay_run(r.trace, cluster, policy, over) for over in (None, fit.overrides)]
+        before, after = (error_table(measured, simulated_table(x.records, x.summary))
+                         for x in runs)
+        out.append({"source": r.source, "measured": measured, "before": before,
+                    "after": after})
+    return out
+
+
+def default_out(results: Sequence[str]) -> Path:
+    """<first result's stem>.calibration.json in the current folder."""
+    return Path(Path(results[0]).name.split(".")[0] + OUT_SUFFIX)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -154,30 +165,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = [r for r, _ in screened]
         fields = None if args.fit is None else [f.strip() for f in args.fit.split(",")
                                                 if f.strip()]
-        fit = fit_bench([r.trace for r in results], cluster, policy_factory(args.policy, params),
-                        fields, args.max_evals, ttft_weight=args.ttft_weight)
+        policy = policy_factory(args.policy, params)
+        fit = fit_bench([r.trace for r in results], cluster, policy, fields, args.max_evals,
+                        ttft_weight=args.ttft_weight)
+        metrics = metric_tables(results, cluster, policy, fit)
     except (ConfigError, TraceError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for r, dropped in screened:
+    report(screened, metrics, fit, cluster)
+    data = calibration_dict(fit, results, cluster, args.policy, params, metrics)
+    for run, (_, dropped) in zip(data["runs"], screened):
+        if dropped:  # requests left out of the fit, per reason
+            run["dropped"] = dropped
+    try:
+        out = write_calibration(args.out or default_out(args.results), data)
+    except OSError as exc:
+        print(f"error: --out={args.out or default_out(args.results)}: cannot write the "
+              f"calibration: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"-> {out}  (use it as cluster.cost_model: {{calibration: {out}}}, or "
+          f"servesim run --calibration {out} --workload {args.results[0]})")
+    return 0
+
+
+def report(screened: Sequence[tuple[BenchResult, Mapping[str, int]]],
+           metrics: Sequence[Mapping[str, Any]], fit: BenchFit, cluster: ClusterSpec) -> None:
+    """Per result: what was read and dropped, its before / after distribution errors; then the
+    per-request errors and the fitted options."""
+    for (r, dropped), m in zip(screened, metrics):
         print(f"{r.source}: {r.format}, {len(r.trace)} requests ({r.num_failed} failed), "
               f"arrivals {r.arrivals}")
         if dropped:
             print(f"warning: {r.source}: dropped {sum(dropped.values())} of "
                   f"{len(r.trace) + sum(dropped.values())} requests: {drop_text(dropped)}",
                   file=sys.stderr)
+        print(format_tables(m["measured"], [("before", m["before"]), ("after", m["after"])]))
     print(format_table(fit))
-    print(f"cost_model: {json.dumps({**cluster.cost_model, **fit.overrides})}  "
-          f"({fit.num_evaluations} "
+    print(f"cost_model: {json.dumps(fitted_options(cluster, fit))}  ({fit.num_evaluations} "
           f"evaluations; {fit.message})")
-    if args.out:
-        data = calibration_dict(fit, results, cluster, args.policy, params)
-        for run, (_, dropped) in zip(data["runs"], screened):
-            if dropped:  # requests left out of the fit, per reason
-                run["dropped"] = dropped
-        Path(args.out).write_text(json.dumps(data, indent=2) + "\n")
-        print(f"-> {args.out}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -6,10 +6,14 @@ Each flag becomes one or two `--set key=value` overrides, applied after the comm
 - `--request-rate R[,R...]`: `request_rates=[R, ...]` (numbers or `inf`);
 - `--burstiness B`: for a trace `workload.trace.retime=gamma` and `workload.trace.burstiness=B`,
   for a synthetic workload `workload.synthetic.arrival=gamma` and `workload.synthetic.cv` =
-  1 / sqrt(B) (a multi-client mix or sessions workload: an error);
+  1 / sqrt(B), for vLLM's random dataset `workload.random.burstiness=B` (a multi-client mix or
+  sessions workload: an error);
 - `--max-concurrency N`: `workload.max_concurrency=N`;
-- `--num-prompts N`: `max_requests=N`;
-- `--seed S[,S...]`: `seeds=[S, ...]`.
+- `--num-prompts N`: `max_requests=N` (and `workload.random.num_requests=N` for the random
+  dataset, which draws that many);
+- `--seed S[,S...]`: `seeds=[S, ...]`;
+- `--dataset-name random` and `--random-input-len` / `-output-len` / `-range-ratio` /
+  `-prefix-len`: the random dataset (experiments/dataset_flags.py), applied first.
 
 Values are read as YAML and checked as the config checks them; a bad one is a ConfigError
 naming the flag and the value.
@@ -23,8 +27,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from experiments.config_checks import check_positive_number, is_int, is_number
-from experiments.config_load import apply_overrides, load_yaml_file
-from experiments.workload_config import INF_RATE, parse_rate
+from experiments.dataset_flags import add_dataset_flags, config_workload, dataset_overrides
+from experiments.workload_config import INF_RATE, KINDS, parse_rate
 from experiments.yaml_strict import load_yaml
 from sim.errors import ConfigError
 
@@ -36,20 +40,24 @@ def add_bench_flags(group: argparse._ArgumentGroup) -> None:
                        "request_rates")
     group.add_argument("--burstiness", default=None, metavar="B",
                        help="Gamma arrivals of shape B (gap CV 1/sqrt(B); 1 = Poisson): a trace "
-                       "is re-timed (retime: gamma), a synthetic workload gets arrival: gamma")
+                       "is re-timed (retime: gamma), a synthetic workload gets arrival: gamma, "
+                       "the random dataset burstiness: B")
     group.add_argument("--max-concurrency", default=None, metavar="N",
                        help="at most N requests in the system at once (workload.max_concurrency)")
     group.add_argument("--num-prompts", default=None, metavar="N",
-                       help="requests per run: the first N arrivals (max_requests)")
+                       help="requests per run: the first N arrivals (max_requests; the random "
+                       "dataset draws N)")
     group.add_argument("--seed", default=None, metavar="S[,S...]",
                        help="seeds (replaces seeds)")
+    add_dataset_flags(group)
 
 
 def bench_overrides(args: argparse.Namespace, config: str | Path | None,
                     overrides: Sequence[str] = ()) -> list[str]:
     """`key=value` overrides for the flags set in `args`; `config` and the earlier `overrides`
     tell `--burstiness` which workload it re-times. ConfigError naming a flag and its value."""
-    out: list[str] = []
+    out = dataset_overrides(args, config, overrides)  # first: the others see its workload
+    earlier = [*overrides, *out]
     if args.request_rate is not None:
         rates = [_rate(item) for item in _items("--request-rate", args.request_rate)]
         _check_distinct("--request-rate", args.request_rate, rates)
@@ -60,25 +68,31 @@ def bench_overrides(args: argparse.Namespace, config: str | Path | None,
         _check_distinct("--seed", args.seed, seeds)
         out.append("seeds=[" + ", ".join(map(str, seeds)) + "]")
     if args.num_prompts is not None:
-        out.append(f"max_requests={_number('--num-prompts', args.num_prompts, integer=True)}")
+        prompts = _number("--num-prompts", args.num_prompts, integer=True)
+        out.append(f"max_requests={prompts}")
+        if workload_kind(config, earlier) == "random":
+            out.append(f"workload.random.num_requests={prompts}")
     if args.max_concurrency is not None:
         value = _number("--max-concurrency", args.max_concurrency, integer=True)
         out.append(f"workload.max_concurrency={value}")
     if args.burstiness is not None:
         out.extend(burstiness_overrides(_number("--burstiness", args.burstiness),
-                                        workload_kind(config, overrides)))
+                                        workload_kind(config, earlier)))
     return out
 
 
 def burstiness_overrides(burstiness: float, kind: str | None) -> list[str]:
-    """Overrides re-timing a `kind` workload ("trace" / "synthetic") with Gamma arrivals of
-    shape `burstiness`; None (config unreadable): none, the config's own error comes first."""
+    """Overrides re-timing a `kind` workload ("trace" / "synthetic" / "random") with Gamma
+    arrivals of shape `burstiness`; None (config unreadable): none, the config's own error
+    comes first."""
     if kind == "trace":
         return ["workload.trace.retime=gamma",
                 f"workload.trace.burstiness={_yaml_number(burstiness)}"]
     if kind == "synthetic":
         cv = 1.0 / math.sqrt(burstiness)  # traces.arrivals.cv_from_burstiness
         return ["workload.synthetic.arrival=gamma", f"workload.synthetic.cv={cv!r}"]
+    if kind == "random":
+        return [f"workload.random.burstiness={_yaml_number(burstiness)}"]
     if kind is None:
         return []
     raise ConfigError("--burstiness", burstiness,
@@ -87,15 +101,12 @@ def burstiness_overrides(burstiness: float, kind: str | None) -> list[str]:
 
 
 def workload_kind(config: str | Path | None, overrides: Sequence[str]) -> str | None:
-    """Which workload the config (with `overrides`) names: trace, synthetic, sessions or
-    clients; None when the file cannot be read or names none (load_config reports it)."""
-    if config is None or not Path(config).is_file():
-        return None
-    raw: Any = apply_overrides(load_yaml_file(config) or {}, overrides)
-    workload = raw.get("workload") if isinstance(raw, dict) else None
+    """Which workload the config (with `overrides`) names: trace, synthetic, random, sessions
+    or clients; None when the file cannot be read or names none (load_config reports it)."""
+    workload = config_workload(config, overrides)
     if not isinstance(workload, dict):
         return None
-    kinds = [k for k in ("trace", "synthetic", "sessions", "clients") if k in workload]
+    kinds = [k for k in KINDS if k in workload]
     return kinds[0] if len(kinds) == 1 else None
 
 

@@ -5,6 +5,10 @@
 Drawn from a capacity search's OUT/capacity_probes.csv (every probe, each seed a dot, the line
 through the mean over seeds at each rate) and OUT/capacity.json (each policy's capacity, a
 dashed vertical line; the attainment target, a horizontal line, in the attainment form).
+
+A library module: it never switches the matplotlib backend (a notebook's inline backend stays) and
+draws on a bare matplotlib.figure.Figure, outside pyplot's figure list; a notebook displays the
+returned Figure, and `fig.savefig` writes files under any backend.
 """
 
 from __future__ import annotations
@@ -13,21 +17,20 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+import pandas as pd
 
 PANELS = (("slo_attainment", "SLO attainment (fraction of requests)"),
           ("request_goodput", "goodput (req/s meeting every SLO)"))  # (probe column, y label)
 
 
 def plot_capacity(probes: pd.DataFrame, results: Sequence[dict[str, Any]],
-                  title: str = "") -> plt.Figure:
-    """Attainment and goodput against rate per policy, capacities and the target marked."""
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(5.2 * len(PANELS), 3.8))
+                  title: str = "") -> Figure:
+    """Attainment and goodput against rate per policy, capacities and the target marked (a
+    Figure outside pyplot: nothing to close; a notebook displays it)."""
+    fig = Figure(figsize=(5.2 * len(PANELS), 3.8))  # inches
+    axes = fig.subplots(1, len(PANELS))
     target = next((r["slo"].get("attainment") for r in results if r.get("slo")), None)
     caps = {r["label"]: r["capacity_rps"] for r in results}
     for n, (label, grp) in enumerate(probes.groupby("label", sort=False)):
@@ -68,5 +71,4 @@ def plot_results(out_dir: Path) -> Path:
     fig = plot_capacity(probes, results, title=f"capacity: {out_dir.name}")
     path = out_dir / "capacity.png"
     fig.savefig(path, dpi=130)
-    plt.close(fig)
     return path

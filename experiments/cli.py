@@ -37,7 +37,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "servesim run experiments/configs/quickstart.yaml",
         "servesim run CONFIG --set cluster.gpu=H100-80GB --set 'request_rates=[2,4,8]' -j 2",
         "servesim run CONFIG --goodput ttft:200 tpot:50 --metric-percentiles 50,90,99",
-        "servesim run CONFIG --strict          # exit 1 if any request is rejected")),
+        "servesim run CONFIG --dataset-name random --random-input-len 1024 "
+        "--random-output-len 128 --random-range-ratio 0.5 --num-prompts 500 --request-rate inf",
+        "servesim run CONFIG --strict          # exit 1 if any request is rejected",
+        "servesim run --calibration cal.json --workload bench.json   # a benchmark's requests")),
     "capacity": Subcommand("experiments.capacity",
                            "search each policy's highest rate meeting the config's slo:", (
         "servesim capacity experiments/configs/quickstart.yaml",
@@ -69,8 +72,13 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "servesim fidelity-e2e perf_model.csv               # splitwise-sim's layout",
         "servesim fidelity-e2e perf_model.csv --set cpu_launch_per_layer_s=5.5e-4 "
         "--model bloom-176b=configs/bloom")),
+    "calibrate": Subcommand("experiments.bench_calibrate",
+                            "fit a calibration file to a vllm/sglang benchmark result", (
+        "servesim calibrate bench.json --model llama-2-7b --gpu A100-80GB --out cal.json",
+        "servesim run --calibration cal.json --workload bench.json      # its own requests",
+        "servesim run --calibration cal.json --workload bench.json --request-rate 8")),
     "bench-calibrate": Subcommand("experiments.bench_calibrate",
-                                  "fit engine terms to a vllm/sglang benchmark result", (
+                                  "the same as calibrate (its earlier name)", (
         "servesim bench-calibrate result.json --model llama-2-7b --gpu A100-80GB",
         "servesim bench-calibrate r2.json r4.json --model llama-2-7b --gpu A100-80GB "
         "--format vllm --out fit.json")),

@@ -5,8 +5,10 @@ its last write, and records in the file who holds it (sweep name, config file, p
 time). A second sweep into the same folder, from this process or another, is refused with an
 error naming the folder and that record. The operating system releases the lock when the
 holding process ends, however it ends (SIGKILL, a crash, a power loss): a lock left by a killed
-sweep never blocks the next one, and no lock file needs deleting. The record stays in the file
-after the sweep ends. A folder holds one sweep's results: a sweep whose name differs from the
+sweep never blocks the next one, and no lock file needs deleting. When the sweep ends the record
+keeps only its name and config file (`settle`): pid, host and start time say who holds the folder,
+not what it holds, so two sweeps of one config leave the same file (a killed sweep leaves them).
+A folder holds one sweep's results: a sweep whose name differs from the
 one in OUT/config.json is refused, naming the folder and the other sweep and its config file.
 
 POSIX only (Linux, macOS: fcntl.flock). The lock is advisory and local: sweeps on different
@@ -38,14 +40,22 @@ class OutLock:
     path: Path  # OUT/.sweep.lock
     fd: int  # the open lock file; closing it (or the process ending) releases the lock
     previous: dict[str, Any] | None  # the record the file held when the lock was taken
+    claimed: dict[str, Any] | None = None  # the record this sweep wrote (claim)
 
     def claim(self, name: str, source: str | Path | None) -> None:
         """Record the sweep `name` (its config file `source`) as OUT's, after checking that OUT
         holds no other sweep's results (check_owner)."""
         check_owner(self.path.parent, name, self.previous)
-        self.record({"name": name, "pid": os.getpid(), "host": socket.gethostname(),
-                     "config": None if source is None else str(Path(source).resolve()),
-                     "started": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        self.claimed = {"name": name, "pid": os.getpid(), "host": socket.gethostname(),
+                        "config": None if source is None else str(Path(source).resolve()),
+                        "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        self.record(self.claimed)
+
+    def settle(self) -> None:
+        """The sweep is done: keep only its name and config file in the record (what
+        check_owner's error names), dropping the pid, host and start time."""
+        if self.claimed is not None:
+            self.record({k: self.claimed[k] for k in ("name", "config")})
 
     def record(self, info: Mapping[str, Any]) -> None:
         """Write `info` (JSON) into the lock file, in place: the file is never replaced, as

@@ -4,6 +4,8 @@
 
 Reads RESULTS_DIR/summary.csv (one row per run) and, for the CDFs, the runs' records.parquet.
 One line per policy label; the band spans the seeds (min to max) around their mean.
+Figures are bare matplotlib.figure.Figure objects, outside pyplot: importing this module never
+switches the backend (a notebook's inline backend stays), and a notebook displays what it returns.
 """
 
 from __future__ import annotations
@@ -13,11 +15,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure
+import pandas as pd
 
 # (summary column, axis label, scale)
 RATE_METRICS: tuple[tuple[str, str, float], ...] = (
@@ -40,11 +39,12 @@ def load_summary(results: Path) -> pd.DataFrame:
     return df[pd.to_numeric(df["rate"], errors="coerce").notna()].astype({"rate": float})
 
 
-def plot_against_rate(df: pd.DataFrame, metrics=RATE_METRICS, title: str = "") -> plt.Figure:
+def plot_against_rate(df: pd.DataFrame, metrics=RATE_METRICS, title: str = "") -> Figure:
     """A grid of metric-vs-rate panels, one line per label, seed spread as a band."""
     cols = 3
     rows = -(-len(metrics) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    fig = Figure(figsize=(4.2 * cols, 3.2 * rows))  # inches
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax, (col, label, scale) in zip(axes.flat, metrics):
         for name, grp in df.groupby("label", sort=False):
             stats = grp.groupby("rate")[col].agg(["mean", "min", "max"]).sort_index() * scale
@@ -65,12 +65,13 @@ def plot_against_rate(df: pd.DataFrame, metrics=RATE_METRICS, title: str = "") -
     return fig
 
 
-def plot_cdfs(results: Path, df: pd.DataFrame, rate: float) -> plt.Figure:
+def plot_cdfs(results: Path, df: pd.DataFrame, rate: float) -> Figure:
     """Latency CDFs of every label at one rate (records of all its seeds pooled)."""
     runs = df[(df["rate"] - rate).abs() < 1e-9]
     if runs.empty:
         raise ValueError(f"rate={rate}: no runs at that rate; rates: {sorted(df['rate'].unique())}")
-    fig, axes = plt.subplots(1, len(CDF_METRICS), figsize=(4.2 * len(CDF_METRICS), 3.2))
+    fig = Figure(figsize=(4.2 * len(CDF_METRICS), 3.2))  # inches
+    axes = fig.subplots(1, len(CDF_METRICS))
     for name, grp in runs.groupby("label", sort=False):
         rec = pd.concat([pd.read_parquet(results / "runs" / r / "records.parquet")
                          for r in grp["run"]])
@@ -88,14 +89,18 @@ def plot_cdfs(results: Path, df: pd.DataFrame, rate: float) -> plt.Figure:
     return fig
 
 
-def save(fig: plt.Figure, out: Path, stem: str, formats: Sequence[str],
+def save(fig: Figure, out: Path, stem: str, formats: Sequence[str],
          dpi: int = 130) -> list[Path]:
-    """Write OUT/<stem>.<format> for each format (dots per inch: dpi), then close the figure."""
+    """Write OUT/<stem>.<format> for each format (dots per inch: dpi); a figure pyplot made (the
+    scripts under experiments/figures/) is closed after, a bare Figure needs no closing."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.{fmt}" for fmt in formats]
     for p in paths:
         fig.savefig(p, dpi=dpi)
-    plt.close(fig)
+    if fig.canvas.manager is not None:  # pyplot's: it is imported already, and holds the figure
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
     return paths
 
 

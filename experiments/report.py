@@ -10,6 +10,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import pandas as pd
 
+from experiments.host_files import host_timing_record, write_step_tables
 from experiments.outdir import atomic_write, writing
 from experiments.resume import file_sha256
 from sim.simulate import RunResult
@@ -21,6 +22,7 @@ RUN_TABLES = ("records", "steps", "instances", "events")  # RunResult frames -> 
 TABLE_UNIT_NOTE = "latencies in s, throughputs per s"
 TABLE_COLUMNS: tuple[tuple[str, str, float, str], ...] = (
     ("req/s", "request_throughput", 1.0, ".3f"),
+    ("delivered req/s", "delivered_rps", 1.0, ".3f"),  # over the measured window (sim/steady)
     ("goodput req/s", "request_goodput", 1.0, ".3f"),
     ("out tok/s", "output_throughput", 1.0, ".1f"),
     ("tot tok/s", "total_token_throughput", 1.0, ".1f"),
@@ -38,6 +40,7 @@ TABLE_COLUMNS: tuple[tuple[str, str, float, str], ...] = (
     ("OOM", "num_oom_events", 1.0, ".0f"),
     ("busy", "busy_fraction", 1.0, ".2f"),
     ("batch", "mean_batch_size", 1.0, ".1f"),
+    ("steady", "steady", 1.0, ".2g"),  # fraction of the seeds' runs in steady state
 )
 
 
@@ -93,18 +96,23 @@ def table_rows(result: RunResult) -> dict[str, int]:
             for name in RUN_TABLES}
 
 
-def write_run(run_dir: Path, result: RunResult, config: Mapping[str, Any]) -> None:
+def write_run(run_dir: Path, result: RunResult, config: Mapping[str, Any],
+              measured: Mapping[str, Any] | None = None) -> None:
     """One run's records, steps, instances, events, summary and resolved config, each file
     atomically; config.json also records the SHA-256 of every other file ("digests"), which
-    a resumed sweep checks (experiments/resume.py)."""
+    a resumed sweep checks (experiments/resume.py). What was measured on the wall clock (the
+    policy's host time, and `measured`: e.g. wall_s) goes to host_timing.json and
+    host_timing.parquet only (experiments/host_files.py): every other file is the same on
+    every run of one config."""
     with writing(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
     for name in RUN_TABLES:
+        if name == "steps":
+            write_step_tables(run_dir, result)  # and host_timing.parquet
+            continue
         with atomic_write(run_dir / f"{name}.parquet") as handle:
-            if name == "steps" and result.steps_path is not None:  # streamed: moved, not read
-                result.write_steps(handle.name)
-            else:
-                getattr(result, name).to_parquet(handle, index=False)
+            getattr(result, name).to_parquet(handle, index=False)
+    write_json(run_dir / "host_timing.json", host_timing_record(result, measured))
     write_json(run_dir / "summary.json", result.summary)
     written = [f"{name}.parquet" for name in RUN_TABLES] + ["summary.json"]
     with writing(run_dir):
@@ -207,19 +215,24 @@ def bad_fraction(row: Mapping[str, Any]) -> float:
 
 
 def rejection_warnings(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One warning line per run that rejected, failed or cut requests (none when all ran)."""
+    """One warning line per run that rejected, failed or cut requests (none when all ran),
+    and one per run whose workload a cap cut short while generating it (`workload_note`)."""
     lines = []
     for row in rows:
         text = reason_text(row)
         if text:
             lines.append(f"warning: {row['run']}: {text} of {_count(row, 'num_requests')} "
                          f"requests (records.parquet: finish_reason, reason, reason_detail)")
+        note = row.get("workload_note")
+        if isinstance(note, str) and note:
+            lines.append(f"warning: {row['run']}: {note}")
     return lines
 
 
 def catalogue() -> str:
     """Registered policies (Config fields and defaults), models, GPUs and trace formats."""
     from policies.registry import FOLLOWS, get_policy, policy_names
+    from policies.vllm_batch_defaults import gpu_defaults
     from sim.hardware import GPUS
     from sim.models import MODELS
     from traces.paths import SHARED_TRACES
@@ -233,8 +246,14 @@ def catalogue() -> str:
         for f in dataclasses.fields(get_policy(name).Config):
             default = f.default if f.default is not dataclasses.MISSING else (
                 f.default_factory() if f.default_factory is not dataclasses.MISSING else "?")
-            lines.append(f"      {f.name}: {f.type} = {default!r}")
-    lines += [f"Models: {', '.join(MODELS)}", f"GPUs: {', '.join(GPUS)}",
+            note = f.metadata.get("default_note")
+            lines.append(f"      {f.name}: {f.type} = {default!r}" + (f"  ({note})" if note else ""))
+    contexts = ", ".join(f"{name} ({m.max_position_embeddings})" for name, m in MODELS.items())
+    lines += [f"Models (context, tokens): {contexts}", f"GPUs: {', '.join(GPUS)}",
+              "vllm batch defaults by GPU (max_num_batched_tokens / max_num_seqs, as `vllm "
+              "serve`): " + ", ".join(f"{name} {t} / {s}" for name, (t, s) in
+                                      ((g.name, gpu_defaults(g.name, g.memory_bytes))
+                                       for g in GPUS.values())),
               f"Trace formats: {', '.join(TRACE_FORMATS)}",
               f"Shared traces: {', '.join(SHARED_TRACES)}",
               f"Length presets: {', '.join(LENGTH_PRESETS)}"]

@@ -3,6 +3,8 @@
     python -m experiments.run CONFIG [--set key.path=value ...] [--out DIR] [--list] [--no-progress]
     python -m experiments.run CONFIG --capacity    (capacity search instead, experiments/capacity.py)
     python -m experiments.run CONFIG --backend real (replay on the torch engine, real/)
+    python -m experiments.run --workload BENCH.json [--calibration FILE] [CONFIG]
+                                            (a benchmark's own requests, experiments/bench_run.py)
 
 Each run writes OUT/runs/<label>__rate<r>__seed<s>/ (records.parquet, steps.parquet,
 instances.parquet, events.parquet, summary.json, config.json) and rewrites OUT/summary.csv and
@@ -25,6 +27,7 @@ from typing import Any, Iterator, Sequence
 from tqdm import tqdm
 
 from experiments.bench_flags import add_bench_flags, bench_overrides
+from experiments.bench_run import add_bench_run_flags, comparison, load_run_config, uses_bench
 from experiments.config import ExperimentConfig
 from experiments.config_load import apply_overrides, load_config  # noqa: F401 (re-exported)
 from experiments.checks import check_cluster  # noqa: F401 (re-exported)
@@ -35,6 +38,7 @@ from experiments.outlock import locked
 from experiments.report import (bad_fraction, catalogue, format_table, rebuild_summaries,
                                 rejection_warnings, run_line, write_json, write_summaries,
                                 write_text)
+from experiments.steady_report import rule_line as steady_rule_line, steady_warnings
 from experiments.sweep import (RunSpec, check_finished, check_jobs, expand, iter_outputs,
                                persist, preload, record_failures)
 from experiments.workload import trace_path
@@ -84,6 +88,7 @@ def sweep_session(cfg: ExperimentConfig, out_dir: Path, jobs: int = 1,
             yield Session(out_dir, specs, experiment, steps_dir)
         finally:
             shutil.rmtree(steps_dir, ignore_errors=True)
+            lock.settle()  # the record keeps no pid, host or time once the sweep is done
 
 
 def sweep_runs(cfg: ExperimentConfig, session: Session, *, progress: bool = True,
@@ -199,6 +204,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                       help="SLOs in ms for request_goodput (completed requests meeting all of "
                       "them per second), e.g. --goodput ttft:200 tpot:50 e2el:20000")
     add_bench_flags(vllm)  # --request-rate, --burstiness, ... (experiments/bench_flags.py)
+    add_bench_run_flags(parser)  # --workload BENCH.json, --calibration FILE
     args = parser.parse_args(argv)
     from experiments.vllm_bench import parse_options
     try:
@@ -206,15 +212,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                    args.goodput)
     except ConfigError as exc:
         parser.error(str(exc))
-    if not args.list and args.config is None:
-        parser.error("a CONFIG file is required (or --list)")
+    if not args.list and args.config is None and args.workload is None:
+        parser.error("a CONFIG file is required (or --list, or --workload BENCH.json)")
+    if args.capacity and uses_bench(args):
+        parser.error("--workload / --calibration: not with --capacity (put the benchmark in "
+                     "the CONFIG: workload: {trace: {path: BENCH.json}})")
     if args.strict is not None and not 0 <= args.strict <= 1:
         parser.error(f"--strict={args.strict}: a fraction of requests in [0, 1]")
     if args.backend is not None:
         args.overrides.append(f"cluster.backend={args.backend}")
     try:  # vllm bench serve flags as overrides, after the --set ones
-        args.overrides.extend(bench_overrides(args, None if args.list else args.config,
-                                              args.overrides))
+        config = None if args.list or args.workload else args.config  # --workload: bench_run
+        args.overrides.extend(bench_overrides(args, config, args.overrides))
     except ConfigError as exc:
         parser.error(str(exc))
     return args
@@ -232,12 +241,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                               *(["--no-progress"] if args.no_progress else []),
                               f"--jobs={args.jobs}"])
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_run_config(args) if uses_bench(args) else load_config(args.config,
+                                                                          args.overrides)
         out_dir = Path(args.out) if args.out else Path("results") / cfg.name
         with sweep_session(cfg, out_dir, args.jobs, args.config) as session:
             rows = sweep_runs(cfg, session, progress=not args.no_progress, jobs=args.jobs,
                               use_ray=args.ray)
-            return report(args, cfg, session.out_dir, rows)  # still holding OUT
+            status = report(args, cfg, session.out_dir, rows)  # still holding OUT
+            for line in comparison(cfg, session.out_dir, rows):  # a benchmark workload
+                print(line)
+            return status
     except (ConfigError, TraceError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -266,7 +279,8 @@ def report(args: argparse.Namespace, cfg: ExperimentConfig, out_dir: Path,
         classes = format_class_table(rows, labels)  # "" without request classes
         if classes:
             table = f"{table}\n\n{classes}"
-        warnings = rejection_warnings(rows)
+        table = f"{table}\n{steady_rule_line()}"
+        warnings = rejection_warnings(rows) + steady_warnings(rows)
         write_text(out_dir / "table.txt", "\n".join([table, *warnings]) + "\n")
     except ResultsWriteError as exc:
         print(f"error: {exc} (every run is on disk)", file=sys.stderr)

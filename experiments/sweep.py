@@ -33,10 +33,12 @@ from experiments.pool import completed
 from experiments.report import plain, run_id, summary_row, table_rows, write_json, write_run
 from experiments.resume import (RESULT_SCHEMA_VERSION, NotReusable, file_digest,
                                 referenced_files, reusable_summary, simulator_version)
+from experiments.steady_report import steady_metrics
 from experiments.vllm_bench import BenchOptions, write_bench
-from experiments.workload import build_workload, load_base_trace, trace_path
+from experiments.workload import WORKLOAD_NOTE, build_workload, load_base_trace, trace_path
 from sim.class_metrics import class_labels, class_slo_summary
 from sim.errors import ConfigError, TraceError
+from sim.metrics import instance_settings
 from sim.simulate import RunResult
 
 STEPS_FILE = ".{}.steps-{}.parquet"  # <run>, <pid>: streamed steps, in the sweep's steps dir
@@ -163,6 +165,8 @@ def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
             raise TraceError(spec.name, "the workload has no requests (check duration_s / "
                                         "max_requests)")
         result = _simulate(cfg, spec, trace, on_done, steps_path)
+        if WORKLOAD_NOTE in trace.attrs:  # a cap that bound while generating the workload
+            result.summary[WORKLOAD_NOTE] = trace.attrs[WORKLOAD_NOTE]
         return RunOutput(spec, result, num_requests, time.perf_counter() - start,
                          trace_digest=digest)
     except Exception as exc:  # noqa: BLE001 - a failed run is recorded, the sweep goes on
@@ -176,6 +180,7 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
               on_done: Callable[[int], None] | None, steps_path: Path | None = None) -> RunResult:
     from experiments.executors import build_executors
     from policies.simulate import simulate
+    from sim.frontend_run import frontend_kwargs
     from sim.overhead import overhead_kwargs
     from sim.slo import slo_summary
 
@@ -192,10 +197,11 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
         loop["admission"] = admission
     result = replay(trace, spec.entry.name, spec.entry.params, build_executors(cluster),
                     seed=spec.seed, on_done=on_done, max_model_len=cluster.max_model_len,
-                    **overhead_kwargs(cluster), **loop)
+                    **overhead_kwargs(cluster), **frontend_kwargs(cluster), **loop)
     if cfg.slo is not None:
         result.summary.update(slo_summary(result.records, result.summary, cfg.slo))
     per_class(cfg, spec.entry, result)
+    result.summary.update(steady_metrics(result.records, result.summary, cfg.slo))
     return result
 
 
@@ -228,9 +234,12 @@ def persist(out_dir: Path, cfg: ExperimentConfig, out: RunOutput,
             "run": {"label": spec.entry.label, "policy": spec.entry.name,
                     "hash": run_hash(cfg, spec, identity), "identity": identity,
                     "files": table_rows(out.result),
-                    "params": dataclasses.asdict(spec.resolved), "rate": spec.rate,
-                    "seed": spec.seed, "num_requests": out.num_requests, "wall_s": out.wall_s,
-                    "cluster": dataclasses.asdict(cfg.cluster_for(spec.entry))}})
+                    "params": dataclasses.asdict(spec.resolved),
+                    "instance_settings": instance_settings(out.result.instances),
+                    "rate": spec.rate,
+                    "seed": spec.seed, "num_requests": out.num_requests,
+                    "cluster": dataclasses.asdict(cfg.cluster_for(spec.entry))}},
+                  {"wall_s": out.wall_s})  # measured: host_timing.json, not config.json
         write_bench(tmp, BenchOptions(), out.result.records)  # vllm bench serve's JSON
         replace_dir(tmp, final)
     finally:

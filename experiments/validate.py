@@ -160,7 +160,7 @@ def validate_policy(entry: PolicyEntry, trace: pd.DataFrame, executor: Any, cali
     step_log = list(executor.step_log or [])
     run_dir = out / "runs" / f"{entry.label}__real"
     write_run(run_dir, real, {"policy": entry.name, "params": entry.params,
-                              "engine": executor.name, "wall_s": wall})
+                              "engine": executor.name}, {"wall_s": wall})
     write_engine_steps(run_dir, step_log)
     res["records"][(entry.label, "real")] = real.records
     for kind in opts.kinds:

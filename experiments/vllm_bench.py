@@ -17,7 +17,9 @@ completed requests, statistics as vLLM computes them (numpy mean, population std
 linearly interpolated percentiles; 0 when no request completed, as vLLM's `or 0`). How the keys
 without a direct simulator meaning are filled:
 
-- date: when bench.json was written (%Y%m%d-%H%M%S, as vLLM);
+- date: 19700101-000000 (%Y%m%d-%H%M%S, as vLLM), the Unix epoch: a simulated run has no date,
+  and a fixed one keeps two runs of one config byte-identical (when the run was written is in
+  its host_timing.json, experiments/host_files.py);
 - endpoint_type, backend: "servesim-<cluster.backend>" (sim or real); label: the policy label;
 - model_id, tokenizer_id: cluster.model (vLLM's tokenizer defaults to the model);
 - num_prompts: requests in the run's workload; failed: rejected + failed + cancelled requests
@@ -55,6 +57,7 @@ from sim.errors import ConfigError
 from sim.metrics import ITL_PERCENTILES
 
 VLLM_REFERENCE = "vllm-project/vllm vllm/benchmarks/serve.py @ def9ce85ba10"
+BENCH_DATE = datetime(1970, 1, 1)  # bench.json's `date`: fixed, never the wall clock
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")  # vLLM's latency metric names
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")  # metrics vLLM's --goodput accepts
 SETUP_KEYS = ("date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id",
@@ -191,7 +194,7 @@ def bench_result(records: pd.DataFrame, summary: Mapping[str, Any], run: Mapping
     peak_tokens, peak_requests = peak_buckets(done)
     backend = f"servesim-{cluster.get('backend', 'sim')}"
     out: dict[str, Any] = {
-        "date": (date or datetime.now()).strftime("%Y%m%d-%H%M%S"),
+        "date": (date or BENCH_DATE).strftime("%Y%m%d-%H%M%S"),
         "endpoint_type": backend, "backend": backend, "label": run.get("label"),
         "model_id": cluster.get("model"), "tokenizer_id": cluster.get("model"),
         "num_prompts": run.get("num_requests", len(records)),

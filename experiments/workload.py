@@ -1,9 +1,11 @@
-"""The request trace of each run: a synthetic draw, a multi-client mix, or a trace file (read
-through its column mapping, if any) re-timed at a rate; a rate of inf puts every request at 0."""
+"""The request trace of each run: a synthetic draw (or vLLM's random dataset), a multi-client
+mix, or a trace file (read through its column mapping, if any; with `skip_bad_rows`, its
+malformed rows dropped and reported) re-timed at a rate; a rate of inf puts every request at 0."""
 
 from __future__ import annotations
 
 import math
+import sys
 
 import pandas as pd
 
@@ -12,15 +14,21 @@ from experiments.config import ExperimentConfig, PolicyEntry
 from experiments.workload_checks import check_workload
 from experiments.workload_config import TraceWorkload, clients_at_rate, sessions_at_rate
 from sim.errors import ConfigError, TraceError
+from traces.bench_arrivals import vllm_retime
 from traces.clients import multi_client_trace
 from traces.files import existing_file
 from traces.mapping import load_mapped
+from traces.random_dataset import random_trace
 from traces.registry import infer_format, load_trace, shared_trace_path
 from traces.schema import trace_stats
-from traces.sessions import session_trace
+from traces.sessions import session_draw
 from traces.synthetic import poisson_from_lengths, scale_rate, synthetic_trace
 from traces.session_keys import sessions_from_blocks
+from traces.skip_rows import load_skipping
 from traces.transform import all_at_once, gamma_from_lengths
+
+
+WORKLOAD_NOTE = "workload_note"  # summary key (and trace attrs key): what capped the workload
 
 
 def load_base_trace(cfg: ExperimentConfig) -> pd.DataFrame | None:
@@ -33,7 +41,10 @@ def load_base_trace(cfg: ExperimentConfig) -> pd.DataFrame | None:
         return None
     path = trace_path(trace)
     mapped = trace.mapping()
-    if mapped is None:
+    note = None
+    if trace.skip_bad_rows:
+        df, note = load_skipping_bad_rows(path, trace)
+    elif mapped is None:
         df = load_trace(path, trace.format, limit=trace.limit)
     else:
         fmt = trace.format if trace.format is not None else infer_format(path)
@@ -44,7 +55,19 @@ def load_base_trace(cfg: ExperimentConfig) -> pd.DataFrame | None:
         df = sessions_from_blocks(df, trace.session_blocks, path)
     check_retime(df, trace, path)
     check_workload(cfg, df, path)
+    if note is not None:  # every run of the trace records it (build_workload)
+        df.attrs[WORKLOAD_NOTE] = note
     return df
+
+
+def load_skipping_bad_rows(path: str, trace: TraceWorkload) -> tuple[pd.DataFrame, str | None]:
+    """The trace without its malformed rows (traces/skip_rows.py), and a note saying what was
+    dropped (None when nothing was); prints the count, by reason, and the first bad rows."""
+    fmt = trace.format if trace.format is not None else infer_format(path)
+    df, skipped = load_skipping(path, fmt, trace.mapping(), limit=trace.limit)
+    for line in skipped.report():
+        print(line, file=sys.stderr)
+    return df, skipped.note()
 
 
 def check_retime(df: pd.DataFrame, trace: TraceWorkload, source: str) -> None:
@@ -76,20 +99,31 @@ def trace_path(trace: TraceWorkload) -> str:
 def build_workload(cfg: ExperimentConfig, base: pd.DataFrame | None, rate: float | None,
                    seed: int, entry: PolicyEntry | None = None) -> pd.DataFrame:
     """The requests of one run at `rate` req/s (None: the trace as is), capped by the config,
-    with the class settings of policy `entry` (the experiment's when None) applied."""
+    with the class settings of policy `entry` (the experiment's when None) applied; a cap
+    that bound while generating it (sessions), or the rows `skip_bad_rows` dropped from the
+    trace file, is in its attrs[WORKLOAD_NOTE]."""
+    note: str | None = None
     if cfg.workload.synthetic is not None:
         assert rate is not None
         df = synthetic_trace(cfg.workload.synthetic.at_rate(rate), seed)
+    elif cfg.workload.random is not None:
+        assert rate is not None
+        df = random_trace(cfg.workload.random, rate, seed)
     elif cfg.workload.sessions is not None:
         assert rate is not None
-        df = session_trace(sessions_at_rate(cfg.workload.sessions, rate, "rate"), seed)
+        drawn = session_draw(sessions_at_rate(cfg.workload.sessions, rate, "rate"), seed)
+        df, note = drawn.trace, drawn.note
     elif cfg.workload.clients is not None:
         assert rate is not None
         df = multi_client_trace(clients_at_rate(cfg.workload.clients, rate, "rate"), seed)
     else:
         assert base is not None and cfg.workload.trace is not None
         df = retime(base, cfg.workload.trace, rate, seed)
-    return apply_classes(cap(df, cfg.max_requests, cfg.duration_s), cfg.classes_for(entry))
+        note = base.attrs.get(WORKLOAD_NOTE)  # rows skip_bad_rows dropped from the file
+    out = apply_classes(cap(df, cfg.max_requests, cfg.duration_s), cfg.classes_for(entry))
+    if note is not None:  # a cap that bound while generating: the run's summary shows it
+        out.attrs[WORKLOAD_NOTE] = note
+    return out
 
 
 def retime(base: pd.DataFrame, trace: TraceWorkload, rate: float | None,
@@ -101,6 +135,9 @@ def retime(base: pd.DataFrame, trace: TraceWorkload, rate: float | None,
     if trace.retime == "gamma":
         assert rate is not None
         return gamma_from_lengths(base, rate, seed, burstiness=trace.burstiness)
+    if trace.retime == "vllm":
+        assert rate is not None
+        return vllm_retime(base, rate, seed, trace.burstiness)
     if trace.retime == "poisson":
         assert rate is not None
         return poisson_from_lengths(base, rate, seed)

@@ -1,5 +1,6 @@
-"""The workload section of an experiment config: synthetic, trace, multi-turn sessions or a
-multi-client mix, and the closed-loop `max_concurrency` (docs/workloads.md)."""
+"""The workload section of an experiment config: synthetic, vLLM's random dataset, trace,
+multi-turn sessions or a multi-client mix, and the closed-loop `max_concurrency`
+(docs/workloads.md)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from experiments.config_checks import build, check_keys, check_positive_number, 
 from sim.errors import ConfigError
 from traces.clients import ClientSpec, MultiClientConfig
 from traces.mapping import TimestampFormat, TraceMapping
+from traces.random_dataset import RandomDataset
 from traces.sessions import SessionConfig
 from traces.synthetic import LENGTH_PRESETS, LengthDist, SyntheticConfig
 
-RETIMINGS = ("none", "poisson", "gamma", "scale")  # replay | Poisson | Gamma | rescale to rate
+KINDS = ("synthetic", "trace", "sessions", "clients", "random")  # workload keys: give one
+RETIMINGS = ("none", "poisson", "gamma", "scale", "vllm")  # replay | Poisson | Gamma | rescale
+# to rate | vllm bench serve's own schedule (Gamma, last send at n / rate; traces/bench_arrivals)
 CLIENT_KEYS = ("num_requests", "duration_s")  # workload keys beside `clients`
 INF_RATE = float("inf")  # req/s: every request at 0 (vllm bench serve --request-rate inf)
 
@@ -64,11 +68,13 @@ class TraceWorkload:
     limit: int | None = None  # first N requests of the file
     retime: str = "none"  # none: replay | poisson / gamma: fresh arrivals | scale: rescale gaps
     rate_scale: float = 1.0  # with retime none: arrival gaps divided by this factor
-    burstiness: float = 1.0  # retime gamma: Gamma shape as vLLM's --burstiness (gap CV 1/sqrt(b))
+    burstiness: float = 1.0  # retime gamma / vllm: Gamma shape as vLLM's --burstiness (gap CV
+    # 1/sqrt(b))
     columns: dict[str, str] | None = None  # schema column -> file column (traces/mapping.py)
     timestamp: TimestampFormat | None = None  # how the arrival column is written (default: s)
     session_blocks: int | None = None  # session_id = the first N prompt block ids (a trace with
     # block_ids and no session ids, e.g. mooncake: 2; traces/session_keys.py)
+    skip_bad_rows: bool = False  # drop malformed rows (counted, reported) instead of stopping
 
     def __post_init__(self) -> None:
         from traces.paths import SHARED_TRACES
@@ -97,9 +103,12 @@ class TraceWorkload:
             raise ConfigError("workload.trace.rate_scale", self.rate_scale,
                               "only with retime: none (other retimings take request_rates)")
         check_positive_number("workload.trace.burstiness", self.burstiness)
-        if self.retime != "gamma" and self.burstiness != 1:
+        if self.retime not in ("gamma", "vllm") and self.burstiness != 1:
             raise ConfigError("workload.trace.burstiness", self.burstiness,
-                              "only with retime: gamma")
+                              "only with retime: gamma or vllm")
+        if not isinstance(self.skip_bad_rows, bool):
+            raise ConfigError("workload.trace.skip_bad_rows", self.skip_bad_rows,
+                              "must be true or false")
         self.mapping()
 
     def mapping(self) -> TraceMapping | None:
@@ -119,11 +128,12 @@ class WorkloadConfig:
     sessions: SessionConfig | None = None  # multi-turn sessions (traces/sessions.py)
     clients: MultiClientConfig | None = None  # a multi-client mix (traces/clients.py)
     max_concurrency: int | None = None  # requests in the system at once (closed loop); None: open
+    random: RandomDataset | None = None  # vLLM's random dataset (traces/random_dataset.py)
 
     def __post_init__(self) -> None:
-        if [self.synthetic, self.trace, self.sessions, self.clients].count(None) != 3:
-            raise ConfigError("workload", None,
-                              "give exactly one of synthetic / trace / sessions / clients")
+        kinds = [self.synthetic, self.trace, self.sessions, self.clients, self.random]
+        if kinds.count(None) != len(kinds) - 1:
+            raise ConfigError("workload", None, f"give exactly one of {' / '.join(KINDS)}")
         if self.max_concurrency is not None:
             check_positive_number("workload.max_concurrency", self.max_concurrency,
                                   integer=True)
@@ -132,8 +142,7 @@ class WorkloadConfig:
 # ---- from plain dicts (parsed YAML) -------------------------------------------------------
 def workload_from_dict(value: object) -> WorkloadConfig:
     raw = mapping("workload", value)
-    check_keys("workload", raw, ("synthetic", "trace", "sessions", "clients", *CLIENT_KEYS,
-                                 "max_concurrency"))
+    check_keys("workload", raw, (*KINDS, *CLIENT_KEYS, "max_concurrency"))
     synthetic, trace = None, None
     if "synthetic" in raw:
         fields = mapping("workload.synthetic", raw["synthetic"])
@@ -145,6 +154,10 @@ def workload_from_dict(value: object) -> WorkloadConfig:
     if "trace" in raw:
         trace = trace_from_dict(raw["trace"])
     sessions = sessions_from_dict(raw["sessions"]) if "sessions" in raw else None
+    random = None
+    if "random" in raw:
+        random = build(RandomDataset, "workload.random", mapping("workload.random", raw["random"]),
+                       "random.")
     clients = clients_from_dict(raw) if "clients" in raw else None
     for key in CLIENT_KEYS:
         if key in raw and clients is None:
@@ -152,7 +165,7 @@ def workload_from_dict(value: object) -> WorkloadConfig:
     concurrency = raw.get("max_concurrency")
     if concurrency is not None:
         check_positive_number("workload.max_concurrency", concurrency, integer=True)
-    return WorkloadConfig(synthetic, trace, sessions, clients, concurrency)
+    return WorkloadConfig(synthetic, trace, sessions, clients, concurrency, random)
 
 
 def trace_from_dict(value: object) -> TraceWorkload:

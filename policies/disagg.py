@@ -27,6 +27,7 @@ import dataclasses
 import heapq
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from sim.executor import Step, StepResult
 from sim.kv_transfer import exposed_seconds
@@ -34,7 +35,7 @@ from sim.request import EXCEEDS_KV, Request, RequestStatus
 
 from policies.base import Policy
 from policies.disagg_config import DisaggConfig, check_instances, model_of
-from policies.disagg_pools import build_pool
+from policies.disagg_pools import build_pool, hold_prompt_kv
 from policies.registry import register_policy
 
 
@@ -102,6 +103,12 @@ class DisaggPolicy(Policy):
             step = dataclasses.replace(step, num_iterations=1)
         return dataclasses.replace(step, instance_id=instance_id)
 
+    def instance_settings(self, instance_id: int) -> dict[str, Any]:
+        """The pool's settings for the instance, with the pool named."""
+        if instance_id < self.np:
+            return {"pool": "prefill", **self.prefill.instance_settings(instance_id)}
+        return {"pool": "decode", **self.decode.instance_settings(instance_id - self.np)}
+
     def must_step_once(self, d: int) -> bool:
         """Whether a KV transfer may land on decode instance `d` before a new arrival."""
         if self.decode.incoming[d]:
@@ -144,7 +151,7 @@ class DisaggPolicy(Policy):
             r.status, r.finish_s = RequestStatus.FINISHED, stand_in.first_token_s
             return r
         r.status = RequestStatus.RUNNING
-        self.prefill.state[p].blocks.allocate(r.request_id, r.num_prompt_tokens)  # held
+        hold_prompt_kv(self.prefill, p, r)  # until the transfer lands
         self.send(r, p, stand_in.first_token_s, overlap_s)
         return None
 

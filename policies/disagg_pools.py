@@ -7,10 +7,19 @@ requests arrive in it with their prompt's KV already computed (transferred), are
 their transfer starts, wait in their instance's queue from the moment the KV lands until the
 instance has blocks for it (queued, never rejected: decode-side admission waits for memory), and
 then decode. A request the decode pool preempts (recompute) is recomputed there as usual.
+
+Prefix caching runs in the prefill pool as its policy has it (on by default in `vllm`, as in
+vLLM V1; `prefill_params.enable_prefix_caching` for `vllm_v0` and `sarathi`): a prompt starts
+from its cached prefix there, and the prompt's KV the prefill instance holds until its transfer
+lands is the prompt's cached blocks themselves (`hold_prompt_kv`), as vLLM keeps a finished
+prefill's blocks until the decode side has read them (NixlConnector's delayed free). The decode
+pool runs without it: it receives each prompt's whole KV (vLLM's NixlConnector would pull only
+the blocks a decode instance lacks; not modelled), so asking for it there is refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -102,14 +111,18 @@ def pool_policy_class(name: str, field: str, decode: bool) -> type[PagedPolicy]:
     return type(f"Decode{cls.__name__}", (DecodeSide, cls), {"name": name})
 
 
-def pool_params(name: str, params: Mapping[str, Any], field: str) -> dict[str, Any]:
-    """The pool's parameters: prefix caching off unless asked (then refused), no speculation."""
+def pool_params(name: str, params: Mapping[str, Any], field: str,
+                decode: bool = False) -> dict[str, Any]:
+    """The pool's parameters: no speculation, no KV tiers; in the decode pool, prefix caching
+    off (refused when asked)."""
     if not isinstance(params, Mapping):
         raise ConfigError(field, params, "must be a mapping of the pool policy's parameters")
     out = dict(params)
-    if out.get("enable_prefix_caching", False) is True:
-        raise ConfigError(f"{field}.enable_prefix_caching", True, "prefix caching across "
-                          "disaggregated pools does not compose yet")
+    if decode and out.get("enable_prefix_caching", False) is True:
+        raise ConfigError(f"{field}.enable_prefix_caching", True, "the decode pool receives "
+                          "each prompt's whole KV from the prefill pool (vLLM's NixlConnector "
+                          "would pull only the blocks it lacks; not modelled): prefix caching "
+                          "runs in the prefill pool (prefill_params)")
     if out.get("scheduling_policy", "fcfs") != "fcfs":
         raise ConfigError(f"{field}.scheduling_policy", out["scheduling_policy"],
                           "priority scheduling does not compose with disagg yet")
@@ -120,9 +133,22 @@ def pool_params(name: str, params: Mapping[str, Any], field: str) -> dict[str, A
         name, value = tier_field(out)
         raise ConfigError(f"{field}.{name}", value, "KV swap and prefix tiers do not compose "
                                                    "with disagg yet")
-    if "enable_prefix_caching" in {f for f in get_policy(name).Config.__dataclass_fields__}:
+    if decode and "enable_prefix_caching" in get_policy(name).Config.__dataclass_fields__:
         out["enable_prefix_caching"] = False
     return out
+
+
+def hold_prompt_kv(pool: PagedPolicy, p: int, r: Request) -> None:
+    """Keep `r`'s prompt KV on prefill instance `p` until its transfer lands (its stand-in just
+    left, freeing its blocks): with prefix caching the prompt's cached blocks themselves, else
+    as many fresh ones."""
+    blocks = pool.state[p].blocks
+    if pool.prefix is None:
+        blocks.allocate(r.request_id, r.num_prompt_tokens)
+        return
+    keys = pool.prefix.keys(r)[: r.num_prompt_tokens // blocks.block_size]
+    pool.prefix.forget(r)
+    blocks.allocate(r.request_id, r.num_prompt_tokens, keys=keys)
 
 
 def build_pool(name: str, params: Mapping[str, Any], infos: Sequence[InstanceInfo],
@@ -132,11 +158,10 @@ def build_pool(name: str, params: Mapping[str, Any], infos: Sequence[InstanceInf
     fields (`decode_params.router`)."""
     cls = pool_policy_class(name, f"{field}_policy", decode)
     where = f"{field}_params"
-    local = [InstanceInfo(i, info.kv_capacity_tokens, info.name, info.has_draft)
-             for i, info in enumerate(infos)]
+    local = [dataclasses.replace(info, instance_id=i) for i, info in enumerate(infos)]
     try:
-        return cls(make_config(cls, pool_params(name, params, where), where=where), local,
-                   recorder, rng)
+        return cls(make_config(cls, pool_params(name, params, where, decode), where=where),
+                   local, recorder, rng)
     except ConfigError as err:
         if err.field == where or err.field.startswith(f"{where}."):
             raise

@@ -9,10 +9,15 @@
   from the GPU, promoted back on a hit (sim/kv_tiers.py); needs `enable_prefix_caching`;
 - `remote_prefix_cache_gib`: GiB of a remote KV store per instance below the host tier.
 
-They run on `vllm_v0` and `sarathi` on the cost-model backend. Refused, with the field named:
-swap or tiers on `vllm` (V1 preempts by recomputation only; its offloading is not modelled)
-and `lacb`, in disagg pools, on the real torch backend, on HF static batches and with a
-calibrated cost model (whose executors do not price the copies).
+They run on `vllm_v0` and `sarathi` on the cost-model backend, and the prefix tiers on `vllm`
+too, as vLLM V1's KV connectors run them (policies/vllm_offload.py): there
+`kv_offloading_backend` picks the connector (`native`: the OffloadingConnector, a host tier,
+asynchronous loads; `lmcache`: LMCacheConnectorV1, a host and optionally a remote tier, loads
+in the step) and `kv_offloading_size` (vLLM's `--kv-offloading-size`) is another name for
+`host_prefix_cache_gib`. Refused, with the field named: swap on `vllm` (V1 preempts by
+recomputation only; its equivalent is a host tier), a remote tier on `vllm` without lmcache,
+swap or tiers on `lacb`, in disagg pools, on the real torch backend, on HF static batches and
+with a calibrated cost model (whose executors do not price the copies).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any, Mapping
 from sim.errors import ConfigError
 
 PREEMPTION_MODES = ("recompute", "swap")
+OFFLOADING_BACKENDS = ("native", "lmcache")  # vLLM's --kv-offloading-backend values
 GIB = 2**30  # bytes per GiB
 
 
@@ -32,9 +38,7 @@ def check_kv_tier_params(config: Any) -> None:
         raise ConfigError("preemption_mode", config.preemption_mode,
                           f"one of {', '.join(PREEMPTION_MODES)}")
     for name in ("swap_space", "host_prefix_cache_gib", "remote_prefix_cache_gib"):
-        value = getattr(config, name)
-        if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
-            raise ConfigError(name, value, "must be a finite number of GiB >= 0")
+        check_gib(name, getattr(config, name))
     if config.preemption_mode == "swap" and config.swap_space <= 0:
         raise ConfigError("swap_space", config.swap_space, "must be > 0 GiB with "
                           "preemption_mode: swap (the host memory swapped KV goes to)")
@@ -48,6 +52,43 @@ def check_kv_tier_params(config: Any) -> None:
                           "host_prefix_cache_gib > 0")
 
 
+def check_gib(name: str, value: object) -> None:
+    """ConfigError unless `value` is a finite number of GiB >= 0."""
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0 <= value < math.inf):
+        raise ConfigError(name, value, "must be a finite number of GiB >= 0")
+
+
+def resolve_offloading_size(config: Any) -> None:
+    """`vllm`'s `kv_offloading_size` (vLLM's name) into `host_prefix_cache_gib`, before the tier
+    fields are checked; ConfigError naming it when it is bad or contradicts the other."""
+    size, host = config.kv_offloading_size, config.host_prefix_cache_gib
+    check_gib("kv_offloading_size", size)
+    if size > 0 and host > 0 and size != host:
+        raise ConfigError("kv_offloading_size", size, f"is vLLM's name for "
+                          f"host_prefix_cache_gib={host}: set one of them")
+    if size > 0:
+        object.__setattr__(config, "host_prefix_cache_gib", float(size))
+
+
+def check_v1_offload(config: Any) -> None:
+    """ConfigError naming the first KV tier field `vllm` (vLLM V1) cannot run as set."""
+    if config.kv_offloading_backend not in OFFLOADING_BACKENDS:
+        raise ConfigError("kv_offloading_backend", config.kv_offloading_backend,
+                          "one of native (vLLM's OffloadingConnector), lmcache "
+                          "(LMCacheConnectorV1)")
+    if config.preemption_mode == "swap":
+        raise ConfigError("preemption_mode", "swap", "vLLM V1 has no swap: it preempts by "
+                          "recomputation. Its equivalent is CPU offloading: set "
+                          "host_prefix_cache_gib (vLLM's --kv-offloading-size), and a preempted "
+                          "request reloads its offloaded blocks from host memory instead of "
+                          "recomputing them")
+    if config.remote_prefix_cache_gib > 0 and config.kv_offloading_backend != "lmcache":
+        raise ConfigError("remote_prefix_cache_gib", config.remote_prefix_cache_gib,
+                          "a remote store below the host tier is LMCache's: set "
+                          "kv_offloading_backend: lmcache (vLLM's native OffloadingConnector "
+                          "has a CPU tier only)")
+
+
 def _get(config: Any, name: str, default: object) -> Any:
     """A field of a policy config, or a key of a mapping of its parameters."""
     if isinstance(config, Mapping):
@@ -58,16 +99,21 @@ def _get(config: Any, name: str, default: object) -> Any:
 def uses_kv_tiers(config: Any) -> bool:
     """Whether a policy config (or a mapping of its parameters) turns swap or a prefix tier
     on."""
-    host = _get(config, "host_prefix_cache_gib", 0)
+    sizes = (_get(config, "host_prefix_cache_gib", 0), _get(config, "kv_offloading_size", 0))
     return (_get(config, "preemption_mode", "recompute") == "swap"
-            or (isinstance(host, (int, float)) and host > 0))
+            or any(isinstance(v, (int, float)) and v > 0 for v in sizes))
 
 
 def tier_field(config: Any) -> tuple[str, object]:
     """The (field, value) that turned KV tiers on, for errors."""
     if _get(config, "preemption_mode", "recompute") == "swap":
         return "preemption_mode", "swap"
-    return "host_prefix_cache_gib", _get(config, "host_prefix_cache_gib", 0)
+    host = _get(config, "host_prefix_cache_gib", 0)
+    alias = _get(config, "kv_offloading_size", 0)
+    if not (isinstance(host, (int, float)) and host > 0) and isinstance(alias, (int, float)) \
+            and alias > 0:
+        return "kv_offloading_size", alias
+    return "host_prefix_cache_gib", host
 
 
 def refuse_kv_tiers(config: Any, why: str) -> None:

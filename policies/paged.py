@@ -37,7 +37,7 @@ from typing import Callable
 
 from sim.block_counter import KVBlocks, make_block_manager
 from sim.errors import ConfigError, check_positive
-from sim.executor import Step, StepResult
+from sim.executor import InstanceInfo, Step, StepResult
 from sim.request import Request, emit_batch
 
 from policies.base import Policy, PolicyConfig
@@ -75,7 +75,8 @@ class PagedConfig(PolicyConfig):
         check_positive("block_size", self.block_size)
         if not 0.0 <= self.watermark < 1.0:
             raise ConfigError("watermark", self.watermark, "must be in [0, 1)")
-        check_positive("max_num_seqs", self.max_num_seqs)
+        if self.max_num_seqs is not None:  # None: follows the GPU (`vllm`)
+            check_positive("max_num_seqs", self.max_num_seqs)
         check_router(self.router)
         if not isinstance(self.enable_prefix_caching, bool):
             raise ConfigError("enable_prefix_caching", self.enable_prefix_caching,
@@ -99,15 +100,24 @@ class PagedPolicy(PrefixJumps, Policy):
                                   f"KV capacity of {info.kv_capacity_tokens} tokens")
         caching = self.config.enable_prefix_caching
         self.state = [PagedInstance(make_block_manager(info.kv_capacity_tokens // bs, bs, wm,
-                                                       caching))
+                                                       caching), max_num_seqs=self.seq_limit(info))
                       for info in self.instances]
-        build_kv_tiers(self.config, self.instances, self.state, self.recorder)  # when on
+        self.build_tiers()  # KV memory tiers, when on
         self.prefix = PrefixCaching(bs) if caching else None  # prefix KV reuse, when enabled
         self.router = build_router(self.config.router, len(self.instances))
         c = self.config
         self.spec = build_speculator(c.num_speculative_tokens, c.acceptance_rate,
                                      c.acceptance_concentration, self.rng, self.instances)
         self.decode_width = 1 + c.num_speculative_tokens  # tokens a decode computes per step
+
+    def seq_limit(self, info: InstanceInfo) -> int:
+        """Running requests at most on the instance `info` describes."""
+        return self.config.max_num_seqs
+
+    def build_tiers(self) -> None:
+        """Give the instances the KV tiers the config turns on (vLLM v0's: swap space, tiered
+        prefix cache; policies/kv_tiers.py). `vllm` builds V1's connectors instead."""
+        build_kv_tiers(self.config, self.instances, self.state, self.recorder)
 
     # ---- arrivals -----------------------------------------------------------------------
     def never_fits(self, s: PagedInstance, num_tokens: int) -> bool:
@@ -141,7 +151,7 @@ class PagedPolicy(PrefixJumps, Policy):
     # ---- admission, growth, preemption ----------------------------------------------------
     def can_admit(self, s: PagedInstance) -> bool:
         """Whether the head waiting request may get blocks for its known tokens now."""
-        if len(s.running) >= self.config.max_num_seqs:
+        if len(s.running) >= s.max_num_seqs:
             return False
         r = s.waiting[0]
         hits = () if self.prefix is None else self.prefix.lookup(s.blocks, r)

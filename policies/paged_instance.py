@@ -23,3 +23,4 @@ class PagedInstance:
     num_pending_blocks: int = 0  # blocks the step in flight takes after its first iteration
     swap: SwapSpace | None = None  # host memory for swapped-out KV (preemption_mode: swap)
     moves: KVMoves | None = None  # KV copies between tiers the next step makes (tiers on)
+    max_num_seqs: int = 256  # running requests at most on this instance

@@ -34,7 +34,7 @@ class PrefixJumps:
         completes, and caches, the first block it misses (more hits, fewer blocks to take).
         Free blocks only shrink in a jump and evicting a hit never lowers the blocks the head
         takes, so nothing else lets it in. None: it cannot be admitted in this jump."""
-        if not s.waiting or len(s.running) >= self.config.max_num_seqs:
+        if not s.waiting or len(s.running) >= s.max_num_seqs:
             return None
         if self.can_admit(s):
             return 1
@@ -61,13 +61,17 @@ class PrefixJumps:
         block (a later growth may evict it). None: nowhere."""
         if self.prefix is None:
             return None
-        if not any([r.block_ids for r in decodes]):  # no decode has content keys
+        if not any([self.prefix.has_keys(r) for r in decodes]):  # no decode has keys
             return num_iterations
         bs, blocks = s.blocks.block_size, s.blocks
         when: dict = {}  # content key -> iterations completing it
         for r in decodes:
             own, c = self.prefix.keys(r), r.num_computed_tokens
-            for j in range(c // bs, min(len(own), (c + num_iterations) // bs)):
+            lo, hi = c // bs, min(len(own), (c + num_iterations) // bs)
+            if lo < hi and own[lo] < 0 and not r.num_preemptions:
+                continue  # private keys (prefix_caching.private_keys) of a request never
+                # preempted: no other request completes them and no block caches them yet
+            for j in range(lo, hi):
                 when.setdefault(own[j], []).append((j + 1) * bs - c)
         caps = [num_iterations]
         for key, its in when.items():

@@ -12,6 +12,11 @@ real work. After every step, blocks that became full and computed are registered
 leaves its blocks cached (evictable, LRU) for later requests on the same instance. With a host
 (and remote) prefix tier, evicted blocks are demoted there and a hit on them is promoted back
 (sim/kv_tiers.py); the request's `num_host_hit_tokens` / `num_remote_hit_tokens` count them.
+
+With `own_keys` (`vllm` with KV offload tiers, policies/vllm_offload.py) the blocks the trace's
+ids do not cover get keys too, private to the request (vLLM V1 hashes every request's tokens;
+without content ids a request shares them with no one): its own blocks are then cached, stored
+to the offload tiers and found again when it is admitted after a preemption.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from sim.request import Request
 class PrefixCaching:
     """The prefix-cache side of a paged policy: keys per request, lookups and registration."""
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, own_keys: bool = False) -> None:
         self.block_size = block_size  # tokens per KV block
+        self.own_keys = own_keys  # key the blocks no content id covers, privately
         self._keys: dict[int, list[BlockKey]] = {}  # request id -> its full blocks' keys
 
     def keys(self, r: Request) -> list[BlockKey]:
@@ -42,8 +48,14 @@ class PrefixCaching:
             else:
                 keys = block_keys(r.block_ids, r.block_tokens, self.block_size,
                                   r.num_prompt_tokens, r.max_tokens)
+            if self.own_keys:
+                keys = keys + private_keys(r, len(keys), self.block_size)
             self._keys[r.request_id] = keys
         return keys
+
+    def has_keys(self, r: Request) -> bool:
+        """Whether `r`'s blocks have keys at all (content ids, or `own_keys`)."""
+        return self.own_keys or bool(r.block_ids)
 
     def lookup_keys(self, r: Request) -> list[BlockKey]:
         """Keys of the full blocks among `r`'s known tokens (what admission looks up)."""
@@ -71,13 +83,21 @@ class PrefixCaching:
     def register(self, blocks: BlockManager, batch: list[Request]) -> None:
         """Cache the blocks of `batch` that became full and computed."""
         for r in batch:
-            keys = self.keys(r) if r.block_ids else None  # no ids: no keys
+            keys = self.keys(r) if self.own_keys or r.block_ids else None  # no ids: no keys
             if keys:
                 blocks.cache_full_blocks(r.request_id, keys, r.num_computed_tokens)
 
     def forget(self, r: Request) -> None:
         """`r` is finished: drop its keys."""
         self._keys.pop(r.request_id, None)
+
+
+def private_keys(r: Request, start: int, block_size: int) -> list[BlockKey]:
+    """Keys of `r`'s full blocks from block `start` on (prompt and outputs), unique to `r`:
+    negative ints, where content keys (sim/prefix_keys.py) are not."""
+    end = r.max_tokens // block_size
+    base = r.request_id << 32
+    return [-1 - (base | j) for j in range(start, end)]
 
 
 REAL_BACKEND_WHY = ("the real torch backend keeps its own KV per request (synthetic token ids "

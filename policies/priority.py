@@ -194,6 +194,9 @@ class PriorityScheduling:
         i = 0
         while i < len(s.running) and plan.budget > 0:
             r = s.running[i]
+            if self.is_loading(r):  # type: ignore[attr-defined]
+                i += 1
+                continue  # its offloaded blocks are still loading (policies/vllm_offload.py)
             decode = r.num_new_tokens == 1 and r.num_computed_tokens > 0
             n = self.decode_width if decode else self.chunk(r.num_new_tokens,  # type: ignore
                                                             plan.budget)

@@ -27,10 +27,11 @@ def simulate(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, 
              max_model_len: int | None = None,
              max_concurrency: int | None = None,
              steps_path: Path | str | None = None,
-             admission: AdmissionConfig | None = None) -> RunResult:
+             admission: AdmissionConfig | None = None,
+             frontend_s: float = 0.0) -> RunResult:
     """Replay `trace` through policy `policy_name` (with `policy_params`, RNG seeded by `seed`)
     on one executor per instance; see `sim.simulate.run_simulation` for the rest."""
     return run_simulation(trace, policy_factory(policy_name, policy_params, seed), executors,
                           on_done=on_done, overhead=overhead, max_model_len=max_model_len,
                           max_concurrency=max_concurrency, steps_path=steps_path,
-                          admission=admission)
+                          admission=admission, frontend_s=frontend_s)

@@ -81,7 +81,7 @@ def swap_in(policy: PagedPolicyLike, s: PagedInstance, instance_id: int, now: fl
     space, blocks, width = s.swap, s.blocks, policy.decode_width
     decodes: list[Request] = []
     prefills: list[tuple[Request, int]] = []
-    while space.swapped and len(s.running) < policy.config.max_num_seqs:
+    while space.swapped and len(s.running) < s.max_num_seqs:
         r = space.swapped[0]
         decode = r.num_new_tokens == 1 and r.num_computed_tokens > 0  # as grow_decodes tells
         n = width if decode else r.num_new_tokens

@@ -18,6 +18,11 @@ Followed from vLLM's main branch (vllm-project/vllm, `vllm/v1/core/sched/schedul
   caching on by default, as in V1), its first chunk gets blocks, or admission stops.
 - `scheduling_policy: priority` (V1's `--scheduling-policy priority`) orders the waiting queue
   by (priority, arrival) and preempts the worst of them instead (policies/priority.py).
+- KV offloading (`host_prefix_cache_gib`, alias `kv_offloading_size`; `remote_prefix_cache_gib`
+  with `kv_offloading_backend: lmcache`): V1's KV connectors, policies/vllm_offload.py. A waiting
+  request's hit goes on from the GPU into the host / remote tiers, whose blocks it loads (the
+  native connector asynchronously, while it waits; lmcache in its first step); a preempted
+  request reloads its offloaded blocks instead of recomputing them.
 
 Rows of a Step are decodes first (their order does not change the cost). A decode-only step
 without preemption jumps over as many iterations as cannot change the batch (`policies/paged.py`);
@@ -27,45 +32,54 @@ blocks would be cached in another order than one iteration at a time, so jumps s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 from sim.errors import ConfigError, check_positive
-from sim.executor import Step
+from sim.executor import InstanceInfo, Step
 from sim.request import Request
 
-from policies.kv_tier_config import refuse_kv_tiers
+from policies.kv_tier_config import check_v1_offload, resolve_offloading_size
 from policies.paged import PagedConfig, PagedInstance, PagedPolicy
 from policies.paged_classes import PagedClasses, check_classes_config
 from policies.registry import register_policy
+from policies.vllm_batch_defaults import GPU_NOTE, BatchLimits, batch_limits
+from policies.vllm_offload import OffloadHooks
 
 
 @dataclass(frozen=True)
 class VllmV1Config(PagedConfig):
-    # vLLM online serving (`vllm serve`) on H100/H200-class GPUs (>= 70 GiB, not A100):
-    # EngineArgs.get_batch_defaults gives OPENAI_API_SERVER 8192 tokens / 1024 seqs; on A100
-    # and smaller GPUs it gives 2048 / 256 (set those here to follow it there).
-    max_num_batched_tokens: int = 8192  # tokens per step (the token budget), all requests
-    max_num_seqs: int = 1024  # running requests per instance (vLLM serve default, H100 class)
+    # None: follow the instance's GPU as `vllm serve` does (EngineArgs.get_batch_defaults:
+    # 8192 / 1024 on >= 70 GiB GPUs other than A100, 2048 / 256 on A100 and smaller;
+    # policies/vllm_batch_defaults.py)
+    max_num_batched_tokens: int | None = field(  # tokens per step (the token budget)
+        default=None, metadata={"default_note": GPU_NOTE})
+    max_num_seqs: int | None = field(  # running requests per instance
+        default=None, metadata={"default_note": GPU_NOTE})
     long_prefill_token_threshold: int = 0  # tokens per prefill chunk at most; 0: no cap (vLLM)
     watermark: float = 0.0  # V1's KVCacheManager keeps no blocks free when admitting
     enable_prefix_caching: bool = True  # V1 default (CacheConfig.enable_prefix_caching)
     scheduling_policy: str = "fcfs"  # fcfs | priority: waiting order, preemption victim
     priority_aging_s: float | None = None  # seconds per priority level gained waiting; None: none
+    # KV offloading (policies/vllm_offload.py): the connector of the host / remote tiers
+    kv_offloading_backend: str = "native"  # native (OffloadingConnector) | lmcache
+    kv_offloading_size: float = 0.0  # GiB per instance: vLLM's name for host_prefix_cache_gib
 
     def __post_init__(self) -> None:
+        resolve_offloading_size(self)
         super().__post_init__()
         check_classes_config(self)
-        check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
-        if self.max_num_batched_tokens < self.max_num_seqs:
+        if self.max_num_batched_tokens is not None:
+            check_positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        if (self.max_num_batched_tokens is not None and self.max_num_seqs is not None
+                and self.max_num_batched_tokens < self.max_num_seqs):
             raise ConfigError("max_num_batched_tokens", self.max_num_batched_tokens,
                               f"must be >= max_num_seqs={self.max_num_seqs} (as vLLM checks)")
         if self.long_prefill_token_threshold < 0:
             raise ConfigError("long_prefill_token_threshold", self.long_prefill_token_threshold,
                               "must be >= 0 (0: no cap)")
-        refuse_kv_tiers(self, "vllm (the V1 engine) preempts by recomputation only and its "
-                              "KV offloading is not modelled; swap and host / remote prefix "
-                              "tiers run on vllm_v0 and sarathi (vLLM V0)")
+        check_v1_offload(self)
 
 
 @dataclass
@@ -89,9 +103,30 @@ class Plan:
 
 
 @register_policy("vllm")
-class VllmV1Policy(PagedClasses, PagedPolicy):
+class VllmV1Policy(OffloadHooks, PagedClasses, PagedPolicy):
     Config = VllmV1Config
     config: VllmV1Config
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.prefix is not None:  # V1 hashes every request's blocks (not only those the
+            # trace gives content ids): a preempted request finds its own blocks again, and
+            # with an offload tier every block is stored
+            self.prefix.own_keys = True
+        # tokens per step on each instance (its GPU's default unless set)
+        self.token_budgets = [self.limits(info).max_num_batched_tokens for info in self.instances]
+
+    def limits(self, info: InstanceInfo) -> BatchLimits:
+        """The token budget and sequence cap on the instance `info` describes."""
+        c = self.config
+        return batch_limits(c.max_num_batched_tokens, c.max_num_seqs, info)
+
+    def seq_limit(self, info: InstanceInfo) -> int:
+        return self.limits(info).max_num_seqs
+
+    def instance_settings(self, instance_id: int) -> dict[str, Any]:
+        return {"max_num_batched_tokens": self.token_budgets[instance_id],
+                "max_num_seqs": self.state[instance_id].max_num_seqs}
 
     def chunk(self, num_new_tokens: int, budget: int) -> int:
         """Tokens scheduled for a request that needs `num_new_tokens`, `budget` being left."""
@@ -109,6 +144,8 @@ class VllmV1Policy(PagedClasses, PagedPolicy):
         while i < len(s.running) and plan.budget > 0:
             r = s.running[i]
             i += 1
+            if self.is_loading(r):
+                continue  # its blocks are still on their way from the host
             decode = r.num_new_tokens == 1 and r.num_computed_tokens > 0
             n = self.decode_width if decode else self.chunk(r.num_new_tokens, plan.budget)
             if n > plan.budget:
@@ -124,6 +161,8 @@ class VllmV1Policy(PagedClasses, PagedPolicy):
         """When every running request decodes and the budget and free blocks cover them all,
         schedule them at once (what the loop in `schedule_running` gives: no preemption)."""
         w, running = self.decode_width, s.running
+        if self.offload is not None and any([self.is_loading(r) for r in running]):
+            return False
         if not running or len(running) * w > plan.budget or not all(
                 [r.num_computed_tokens and r.num_new_tokens == 1 for r in running]):
             return False
@@ -137,20 +176,25 @@ class VllmV1Policy(PagedClasses, PagedPolicy):
     def admit_chunk(self, s: PagedInstance, instance_id: int, plan: Plan, now: float) -> bool:
         """Admit the head waiting request with blocks for its cached prefix and first chunk;
         False when the blocks are not free."""
-        r = s.waiting[0]
+        r, bs, offload = s.waiting[0], s.blocks.block_size, self.offload
         keys = [] if self.prefix is None else self.prefix.lookup_keys(r)
         hits = s.blocks.find_cached_prefix(keys) if keys else []
-        cached = min(len(hits) * s.blocks.block_size, r.num_tokens - 1)
-        n = self.chunk(r.num_tokens - cached, plan.budget)
+        external = [] if offload is None else offload.lookup(instance_id, keys, len(hits))
+        cached = min((len(hits) + len(external)) * bs, r.num_tokens - 1)
+        waits = offload is not None and offload.waits(external)  # an asynchronous load
+        n = 0 if waits else self.chunk(r.num_tokens - cached, plan.budget)
         if s.blocks.num_blocks_to_allocate(cached + n, hits) > s.blocks.num_free_blocks:
             return False
         s.waiting.popleft()
-        s.blocks.allocate(r.request_id, cached + n,
-                          keys=keys[: (cached + n) // s.blocks.block_size])
+        s.blocks.allocate(r.request_id, cached + n, keys=keys[: (cached + n) // bs])
         r.num_computed_tokens = cached
         r.num_cached_tokens += cached
         r.mark_scheduled(now, instance_id)
         s.running.append(r)
+        if offload is not None:
+            offload.admitted(instance_id, s, r, keys, len(hits), external, now)
+            if waits:
+                return True  # it computes once its blocks land
         plan.prefills.append(r)
         plan.chunks.append(n)
         plan.budget -= n
@@ -161,18 +205,21 @@ class VllmV1Policy(PagedClasses, PagedPolicy):
         """Admit waiting requests FCFS while the budget, `max_num_seqs` and blocks allow."""
         if plan.preempted:
             return  # V1 admits nothing in a step that preempted
-        while plan.budget > 0 and s.waiting and len(s.running) < self.config.max_num_seqs:
+        while plan.budget > 0 and s.waiting and len(s.running) < s.max_num_seqs:
             if not self.admit_chunk(s, instance_id, plan, now):
                 break
 
     def next_step(self, instance_id: int, now: float) -> Step | None:
         s = self.state[instance_id]
-        plan = Plan(self.config.max_num_batched_tokens, [], [], [])
+        if self.offload is not None:
+            self.offload.poll(instance_id, s, self.prefix, now)
+        plan = Plan(self.token_budgets[instance_id], [], [], [])
         self.schedule_running(s, plan, now)
         self.schedule_waiting(s, instance_id, plan, now)
         if not plan.decodes and not plan.prefills:
             return None
-        if not plan.prefills and not plan.preempted:
+        if not plan.prefills and not plan.preempted and not (
+                self.offload is not None and self.offload.num_loading(instance_id)):
             return self.jump(s, instance_id, plan.decodes, plan.budget)
         batch = plan.decodes + plan.prefills
         chunks = [1] * len(plan.decodes) + plan.chunks
@@ -185,7 +232,8 @@ class VllmV1Policy(PagedClasses, PagedPolicy):
         or a block would be cached in another order than one iteration at a time."""
         step = self.decode_step(s, instance_id, decodes)
         caps = (self.iterations_to_admission_change(s, decodes, budget, step.num_iterations),
-                self.iterations_to_cache_order_change(s, decodes, step.num_iterations))
+                self.iterations_to_cache_order_change(s, decodes, step.num_iterations),
+                None if self.offload is None else self.offload.jump_cap(decodes))
         cap = min((c for c in caps if c is not None), default=step.num_iterations)
         if cap >= step.num_iterations:
             return step
@@ -200,7 +248,7 @@ class VllmV1Policy(PagedClasses, PagedPolicy):
         hit of it is evictable and its chunk may be cut by the budget, a decode takes a new
         block (evicting that hit cuts its chunk's blocks). None: it cannot change in a jump."""
         if (self.prefix is None or not s.waiting or budget <= 0
-                or len(s.running) >= self.config.max_num_seqs):
+                or len(s.running) >= s.max_num_seqs):
             return None
         head, bs = s.waiting[0], s.blocks.block_size
         keys = self.prefix.lookup_keys(head)

@@ -135,8 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "engine model on their steps too, and report held-out errors")
     p.add_argument("--folds", type=int, default=5, help="folds of the held-out check over "
                    "--steps (default 5; 0: none)")
-    p.add_argument("--scheduling", nargs="+", metavar="STEPS", help="steps.parquet files of "
-                   "(real) runs: fit the scheduling overhead to their policy_host_s")
+    p.add_argument("--scheduling", nargs="+", metavar="STEPS", help="host_timing.parquet "
+                   "(or steps.parquet) files of (real) runs: fit the scheduling overhead to "
+                   "their policy_host_s")
     args = p.parse_args(argv)
     if args.profile is None and not args.scheduling:
         p.error("a PROFILE.csv, or --scheduling STEPS.parquet, is required")

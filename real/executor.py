@@ -135,7 +135,14 @@ class TorchExecutor:
         return self.backend.name
 
     def instance_info(self, instance_id: int) -> InstanceInfo:
-        return InstanceInfo(instance_id, self.kv_capacity_tokens, self.name)
+        """What a policy may know: capacity, name and, on CUDA, the GPU (vLLM's batch
+        defaults follow it, policies/vllm_batch_defaults.py)."""
+        gpu_name, gpu_memory = "", 0
+        if self.device.type == "cuda":
+            props = torch.cuda.get_device_properties(self.device)
+            gpu_name, gpu_memory = props.name, int(props.total_memory)
+        return InstanceInfo(instance_id, self.kv_capacity_tokens, self.name,
+                            gpu_name=gpu_name, gpu_memory_bytes=gpu_memory)
 
     @torch.inference_mode()
     def execute(self, step: Step, until_s: float = math.inf) -> StepResult:

@@ -18,6 +18,7 @@ from policies.prefix_caching import check_prefix_caching_backend
 from sim.class_metrics import class_summary
 from sim.engine import Simulation
 from sim.executor import Executor, Step, StepResult, info_of
+from sim.host_timing import host_summary
 from sim.limits import resolve_max_model_len
 from sim.metrics import instance_frame, request_records, summarize
 from sim.recorder import Recorder
@@ -100,4 +101,4 @@ def replay(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, An
     summary.update(class_summary(records, summary["duration_s"]))
     return RunResult(records, recorder.steps_frame(),
                      instance_frame(stats, summary["duration_s"]), recorder.events_frame(),
-                     summary)
+                     summary, host_summary(stats))

@@ -1,12 +1,14 @@
 """Fit the scheduling overhead (`sim.overhead`) to measured scheduler host times; torch-free.
 
 The engine loop (`sim.engine`) times every Step's `policy.next_step` + `policy.update` with
-`time.perf_counter` into the steps table's `policy_host_s` column; a real replay
-(`python -m experiments.run CONFIG --backend real`, `real.replay`) writes it to
-`runs/<run>/steps.parquet`. `fit_scheduling` fits `host = fixed_s + per_request_s * num_seqs`
-by least squares; `python -m real.calibrate --scheduling STEPS.parquet ... --out FILE.json`
-stores the result as FILE.json's `scheduling_overhead` section, which a cluster uses as
-`scheduling_overhead: {calibration: FILE.json, mode: serial | async}`.
+`time.perf_counter` into the steps table's `policy_host_s` column; a real replay (`python -m
+experiments.run CONFIG --backend real`, `real.replay`) writes it to `runs/<run>/host_timing.parquet`
+(a measurement, kept out of steps.parquet: experiments/host_files.py; a run's steps.parquet given
+here is read from the host_timing.parquet beside it, and older runs' steps.parquet still hold the
+column). `fit_scheduling` fits `host = fixed_s + per_request_s * num_seqs` by least squares; `python
+-m real.calibrate --scheduling STEPS.parquet ... --out FILE.json` stores the result as FILE.json's
+`scheduling_overhead` section, which a cluster uses as `scheduling_overhead: {calibration:
+FILE.json, mode: serial | async}`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from sim.errors import ConfigError
 from sim.jsonfile import read_json_object
 
 COLUMNS = ("num_seqs", "num_iterations", "policy_host_s")
+HOST_FILE = "host_timing.parquet"  # a run's measured host time per step
 MIN_SINGLE = 20  # single-iteration steps needed to fit on them alone
 OUTLIER_MADS = 3.0  # residuals beyond this many robust sigmas are dropped before the refit
 
@@ -33,10 +36,13 @@ def read_steps(paths: Sequence[str | Path]) -> pd.DataFrame:
         if not Path(path).is_file():
             raise ConfigError("--scheduling", str(path), "no such steps file")
         df = pd.read_parquet(path) if str(path).endswith(".parquet") else pd.read_csv(path)
+        beside = Path(path).with_name(HOST_FILE)
+        if "policy_host_s" not in df.columns and beside.is_file():
+            df = pd.read_parquet(beside)  # the run's measured host times
         missing = [c for c in COLUMNS if c not in df.columns]
         if missing:
             raise ConfigError("--scheduling", str(path), f"has no {', '.join(missing)} column "
-                              "(steps.parquet of a run with the policy's host time measured)")
+                              f"(a run's {HOST_FILE}, or an older run's steps.parquet)")
         frames.append(df[list(COLUMNS)])
     steps = pd.concat(frames, ignore_index=True)
     return steps[steps["num_seqs"] > 0]

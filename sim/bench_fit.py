@@ -12,7 +12,8 @@ across an iteration boundary, and a short request's TPOT jumps when another pref
 it, so the fit compares, per bin, sum simulated / sum measured - 1 of decode time (TPOT *
 (outputs - 1)) over arrival-time bins (load varies with time) and, weighted by `ttft_weight`
 (default 0.1: TTFT sums still jump by a whole prefill when an arrival crosses a step boundary),
-of TTFT over prompt-length bins; each times sqrt(requests in the bin). Sums of step times are
+of TTFT over prompt-length bins; each times sqrt(requests in the bin); `frontend_s` (by default)
+is solved in closed form at each evaluation (sim/bench_frontend.py). Sums of step times are
 linear in the overheads for a fixed schedule, so Gauss-Newton steps land close. Jacobians are
 forward differences of 10% (at least a fixed step per field), large enough to step over the
 jumps. Each evaluation simulates every run, so the search is capped at `max_evaluations` and
@@ -39,8 +40,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from sim.bench_params import (DEFAULT_FIT, FIT_PARAMS, STAGE_DEFAULT_FIT, STAGE_FIT_PARAMS,
-                              FitParam, FitSpace, fit_space)
+from sim.bench_frontend import best_frontend
+from sim.bench_params import (DEFAULT_FIT, FIT_PARAMS, FRONTEND, STAGE_DEFAULT_FIT,
+                              STAGE_FIT_PARAMS, FitParam, FitSpace, fit_space)
 from sim.bench_replay import ErrorStats, check_factory, check_trace, error_stats, finished, replay
 from sim.cluster import ClusterSpec
 from sim.errors import ConfigError
@@ -68,7 +70,7 @@ class BenchFit:
     message: str  # the optimizer's stopping reason
 
     def __post_init__(self) -> None:
-        known = (*FIT_PARAMS, *STAGE_FIT_PARAMS, "cpu_overlapped")
+        known = (*FIT_PARAMS, *STAGE_FIT_PARAMS, FRONTEND, "cpu_overlapped")
         unknown = [k for k in self.overrides if k not in known]
         if unknown:
             raise ConfigError("overrides", unknown, f"fittable: {', '.join(known)}")
@@ -85,7 +87,7 @@ class _Objective:
     def __init__(self, traces: Sequence[pd.DataFrame], cluster: ClusterSpec,
                  make_policy: PolicyFactory, names: Sequence[str],
                  table: Mapping[str, FitParam], max_evaluations: int,
-                 ttft_weight: float) -> None:
+                 ttft_weight: float, frontend: bool = False) -> None:
         self.traces = traces  # the benchmark runs fitted together
         self.run = (cluster, make_policy)  # what replay() needs besides a trace
         self.names = tuple(names)  # fitted cost-model fields
@@ -94,8 +96,10 @@ class _Objective:
                       quantile_bins(t["arrival_s"].to_numpy(), TPOT_BINS)) for t in traces]
         self.max_evaluations = max_evaluations  # simulations of all traces allowed
         self.ttft_weight = ttft_weight  # weight of the TTFT residuals (dimensionless)
+        self.frontend = frontend  # solve frontend_s (seconds) at each evaluation
         self.num_evaluations = 0  # simulations of all traces run so far
-        self.best: tuple[float, np.ndarray | None] = (math.inf, None)  # (cost, x) lowest seen
+        self.best: tuple[float, np.ndarray | None, float] = (math.inf, None, 0.0)  # lowest
+        # (cost, x, frontend_s) seen
         self._last: tuple[bytes, np.ndarray] | None = None  # the last x and its residuals
 
     def overrides(self, x: np.ndarray) -> dict[str, float]:
@@ -114,11 +118,14 @@ class _Objective:
         if self.num_evaluations >= self.max_evaluations:
             raise _Budget
         self.num_evaluations += 1
-        res = np.concatenate([_residuals(t, r, b, self.ttft_weight) for t, r, b in
-                              zip(self.traces, self.records(self.overrides(x)), self.bins)])
+        records = self.records(self.overrides(x))
+        front = best_frontend(self.traces, records, [b[0] for b in self.bins]) \
+            if self.frontend else 0.0
+        res = np.concatenate([_residuals(t, r, b, self.ttft_weight, front) for t, r, b in
+                              zip(self.traces, records, self.bins)])
         cost = float(np.sum(res * res))
         if cost < self.best[0]:
-            self.best = (cost, np.array(x, dtype=np.float64))
+            self.best = (cost, np.array(x, dtype=np.float64), front)
         self._last = (key, res)
         return res
 
@@ -141,6 +148,8 @@ def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpe
         check_trace(t)
     space = fit_space(cluster)
     names = _check_fit(space.default_fit if fit is None else fit, max_evaluations, space)
+    frontend = FRONTEND in names  # solved at each evaluation, not an optimizer variable
+    names = [k for k in names if k != FRONTEND]
     x0, lower, upper = _start(names, space)
     if not (isinstance(ttft_weight, (int, float)) and 0 <= ttft_weight < math.inf):
         raise ConfigError("ttft_weight", ttft_weight, "must be a number >= 0")
@@ -149,10 +158,11 @@ def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpe
                                 0.0).records(None)  # the cluster's own model, as configured
     before = _stats(runs, before_records)
     serial = _serial_host(cluster, space.family)
-    if serial:  # host terms are fitted as the host time a step exposes: after the GPU's
-        cluster = replace(cluster, cost_model={**cluster.cost_model, **serial})
+    own = {k: v for k, v in cluster.cost_model.items() if not (frontend and k == FRONTEND)}
+    cluster = replace(cluster, cost_model={**own, **serial})  # serial: host terms are fitted
+    # as the host time a step exposes, after the GPU's; a fitted frontend replaces the own
     objective = _Objective(runs, cluster, make_policy, names, space.table, max_evaluations,
-                           float(ttft_weight))
+                           float(ttft_weight), frontend)
     if before.num_requests == 0:
         raise ConfigError("traces", f"{before.num_unfinished} requests", (
             f"the simulation finished none of them with their measured output length "
@@ -164,6 +174,9 @@ def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpe
         x0[j] = np.clip(x0[j] + gap * 1e3, lower[j], upper[j])
     message = "evaluation budget spent"
     try:
+        if not names:  # the frontend alone: one simulation
+            objective(x0)
+            raise _Budget
         out = least_squares(
             objective, x0, bounds=(lower, upper), xtol=1e-10, ftol=1e-10,
             jac=lambda x: _forward_jacobian(objective, x, objective.params, upper),
@@ -172,6 +185,8 @@ def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpe
     except _Budget:
         pass
     best = objective.overrides(objective.best[1] if objective.best[1] is not None else x0)
+    if frontend:
+        best[FRONTEND] = objective.best[2]
     after = _stats(runs, objective.records(best))
     return BenchFit({**serial, **best}, before, after, objective.num_evaluations + 2, message)
 
@@ -212,13 +227,15 @@ def _tpot_gap(traces: Sequence[pd.DataFrame], records: Sequence[pd.DataFrame]) -
 
 def _check_fit(fit: Sequence[str], max_evaluations: int, space: FitSpace) -> list[str]:
     names = list(fit)
-    if not names or len(set(names)) != len(names) or any(k not in space.table for k in names):
-        raise ConfigError("fit", names, f"distinct names among {', '.join(space.table)} "
+    known = (*space.table, FRONTEND)
+    if not names or len(set(names)) != len(names) or any(k not in known for k in names):
+        raise ConfigError("fit", names, f"distinct names among {', '.join(known)} "
                                         f"(the {space.family} cost model's fittable fields)")
+    searched = len([k for k in names if k != FRONTEND])
     if isinstance(max_evaluations, bool) or not isinstance(max_evaluations, int) \
-            or max_evaluations < len(names) + 1:
+            or max_evaluations < searched + 1:
         raise ConfigError("max_evaluations", max_evaluations,
-                          f"must be an int >= {len(names) + 1} (one Jacobian)")
+                          f"must be an int >= {searched + 1} (one Jacobian)")
     return names
 
 
@@ -267,12 +284,14 @@ def _binned_error(sim: np.ndarray, meas: np.ndarray, bins: np.ndarray) -> np.nda
 
 
 def _residuals(trace: pd.DataFrame, records: pd.DataFrame,
-               bins: tuple[np.ndarray, np.ndarray], ttft_weight: float) -> np.ndarray:
-    """Weighted TTFT per prompt-length bin and decode time per arrival-time bin (module
-    docstring), then a penalty per request the simulation did not finish."""
+               bins: tuple[np.ndarray, np.ndarray], ttft_weight: float,
+               frontend_s: float = 0.0) -> np.ndarray:
+    """Weighted TTFT (plus `frontend_s` seconds) per prompt-length bin and decode time per
+    arrival-time bin (module docstring), then a penalty per request the simulation did not
+    finish."""
     done = finished(trace, records)
     decodes = trace["output_tokens"].to_numpy() - 1
-    sim_ttft = np.where(done, records["ttft_s"].to_numpy(), np.nan)
+    sim_ttft = np.where(done, records["ttft_s"].to_numpy(), np.nan) + frontend_s
     sim_dec = np.where(done, (records["finish_s"] - records["first_token_s"]).to_numpy(), np.nan)
     meas_dec = np.where(decodes > 0, trace["measured_tpot_s"].to_numpy() * decodes, np.nan)
     res = np.concatenate((

@@ -3,8 +3,13 @@
     roofline  CostModelConfig fields: step_overhead_s, per_seq_overhead_s (default),
               compute_efficiency, memory_efficiency;
     stage     StageParams host terms: cpu_step_s, cpu_per_seq_s (default), sampler_fixed_s,
-              sampler_per_seq_s, cpu_launch_per_layer_s (an eager engine's launch floor); fitted values go back in as `cluster.cost_model` overrides
+              sampler_per_seq_s, cpu_launch_per_layer_s (an eager engine's launch floor), and
+              gemm_compute_eff (large GEMMs' efficiency: what a prefill costs per token);
+              fitted values go back in as `cluster.cost_model` overrides
               (sim/stage_params_config.py), so `kind: profile` fits its stage fallback's.
+    both      frontend_s (default): a serving frontend's fixed latency per request
+              (sim/frontend.py), solved in closed form at each evaluation (sim/bench_frontend.py),
+              not searched: it is the TTFT term the engine terms cannot give.
 Each field maps to an optimizer variable (`FitParam`); `fit_space` gives the table, the start
 values of a cluster's cost model and the field that carries the per-step overhead.
 """
@@ -60,9 +65,11 @@ STAGE_FIT_PARAMS: Mapping[str, FitParam] = MappingProxyType({  # StageParams hos
     "sampler_fixed_s": FitParam("ms", 0.0, 0.5, 0.1, 1.0),
     "sampler_per_seq_s": FitParam("ms", 0.0, 0.05, 0.01, 0.05),
     "cpu_launch_per_layer_s": FitParam("ms", 0.0, 2.0, 0.01, 0.1),  # eager engines' floor
+    "gemm_compute_eff": FitParam("log", 0.05, 1.0, 0.05, 0.3),  # prefill's per-token cost
 })
-DEFAULT_FIT = ("step_overhead_s", "per_seq_overhead_s")  # roofline fields fitted by default
-STAGE_DEFAULT_FIT = ("cpu_step_s", "cpu_per_seq_s")  # stage fields fitted by default
+FRONTEND = "frontend_s"  # fitted in closed form beside either table (sim/bench_frontend.py)
+DEFAULT_FIT = ("step_overhead_s", "per_seq_overhead_s", FRONTEND)  # roofline, by default
+STAGE_DEFAULT_FIT = ("cpu_step_s", "cpu_per_seq_s", FRONTEND)  # stage, by default
 STEP_FIELD = {"roofline": "step_overhead_s", "stage": "cpu_step_s"}  # the per-step term
 
 

@@ -23,7 +23,8 @@ from sim.cluster import ClusterSpec, build_executors
 from sim.errors import ConfigError
 from sim.overhead import build_overhead
 from sim.policy import PolicyFactory
-from sim.simulate import run_simulation
+from sim.frontend import frontend_of
+from sim.simulate import RunResult, run_simulation
 
 MEASURED = ("measured_ttft_s", "measured_tpot_s")  # trace columns compared against (seconds)
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")  # what the replay simulates
@@ -129,7 +130,14 @@ def check_factory(make_policy: object) -> None:
 def replay(trace: pd.DataFrame, cluster: ClusterSpec, make_policy: PolicyFactory,
            overrides: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Simulated records of the trace's requests (row order) on `cluster` under the policy
-    `make_policy` builds, with the cost-model `overrides` applied."""
+    `make_policy` builds, with the cost-model `overrides` applied (`frontend_s` among them:
+    sim/frontend.py)."""
+    return replay_run(trace, cluster, make_policy, overrides).records
+
+
+def replay_run(trace: pd.DataFrame, cluster: ClusterSpec, make_policy: PolicyFactory,
+               overrides: Mapping[str, float] | None = None) -> RunResult:
+    """`replay`'s whole run: its records in the trace's row order, and its summary."""
     check_factory(make_policy)
     if cluster.backend != "sim" or "calibration" in cluster.cost_model:
         raise ConfigError("cluster.cost_model", dict(cluster.cost_model),
@@ -138,8 +146,10 @@ def replay(trace: pd.DataFrame, cluster: ClusterSpec, make_policy: PolicyFactory
     result = run_simulation(trace.loc[:, list(TRACE_COLUMNS)].reset_index(drop=True),
                             make_policy, build_executors(spec),
                             overhead=build_overhead(spec.scheduling_overhead, spec.backend),
-                            max_model_len=spec.max_model_len)
-    return result.records.sort_values("request_id").reset_index(drop=True)
+                            max_model_len=spec.max_model_len,
+                            frontend_s=frontend_of(spec.cost_model))
+    result.records = result.records.sort_values("request_id").reset_index(drop=True)
+    return result
 
 
 def finished(trace: pd.DataFrame, records: pd.DataFrame) -> np.ndarray:

@@ -10,6 +10,9 @@ dtypes, KV capacity and block size) and holds two fitted models of one iteration
             shape costs it (`sim/engine_time.py`), fitted on the profile and on replayed steps:
             the default when the file has it.
 A cluster config loads one by name: `cluster.cost_model: {calibration: FILE, kind: learned}`.
+A file of `servesim calibrate` holds `cost_model` options fitted to a serving benchmark instead
+(kind `cost_model`, its default): `fitted_cost_model` gives them, and the cluster runs its own
+cost model with them (sim/cluster.py), after checking it is the model, GPU and TP fitted.
 `CalibratedExecutor` runs Steps with it and, unlike the plain cost model, runs out of KV memory
 at block granularity, as the real engine's paged cache does.
 """
@@ -22,16 +25,17 @@ from typing import Any, Mapping, Protocol
 
 import numpy as np
 
-from sim.calibration_file import (WHERE, calibrated_engine, calibrated_roofline, learned_model,
-                                  profiled_int, read_calibration)
+from sim.calibration_file import (WHERE, calibrated_engine, calibrated_roofline, fitted_options,
+                                  learned_model, profiled_int, read_calibration)
 from sim.cost_model import RooflineCostModel
 from sim.engine_shapes import ShapeCache, ShapeKey
 from sim.errors import ConfigError, check_positive
 from sim.executor import Step, StepResult, modelled_result
 from sim.jsonfile import int_value
 
-KINDS = ("roofline", "learned", "engine")
-OPTION_KEYS = ("calibration", "kind", "kv_capacity_tokens", "block_size")
+KINDS = ("roofline", "learned", "engine", "cost_model")  # cost_model: servesim calibrate's
+OPTION_KEYS = ("calibration", "kind", "kv_capacity_tokens", "block_size", "frontend_s")
+FITTED_KEYS = ("calibration", "kind", "frontend_s")  # beside a benchmark calibration
 FEATURES = ("num_tokens", "num_seqs", "num_sampled", "num_prefill_seqs", "num_prefill_tokens",
             "sum_context", "sum_new_x_context", "sum_new_squared", "max_kv_len",
             "decode_padded_kv", "first_iteration")
@@ -172,8 +176,42 @@ class CalibratedExecutor:
 
 # ---- calibration files (read in sim/calibration_file.py: JSON data only) -------------------
 def default_kind(data: Mapping[str, Any]) -> str:
-    """The kind a calibration is used as when none is named: engine if fitted, else roofline."""
+    """The kind a calibration is used as when none is named: cost_model if it holds fitted
+    cost-model options (servesim calibrate), engine if fitted, else roofline."""
+    if data.get("cost_model") is not None:
+        return "cost_model"
     return "engine" if data.get("engine") else "roofline"
+
+
+def fitted_cost_model(options: Mapping[str, Any], model: str, gpu: str,
+                      tensor_parallel: int) -> dict[str, Any] | None:
+    """The `cluster.cost_model` options a `{calibration: FILE}` of `servesim calibrate` stands
+    for (its fitted options, the cluster's own `frontend_s` over the file's); None when the
+    file is used as a calibrated executor (`python -m real.calibrate`, or another kind named).
+    ConfigError naming the file unless it was fitted for `model` on `gpu` at `tensor_parallel`."""
+    path = options.get("calibration")
+    if not isinstance(path, (str, Path)):
+        raise ConfigError(WHERE, path, "must be the path of a calibration JSON file")
+    data = read_calibration(path, WHERE)
+    fitted = fitted_options(data, path)
+    kind = options.get("kind") or default_kind(data)
+    if kind != "cost_model":
+        return None
+    if fitted is None:
+        raise ConfigError("cluster.cost_model.kind", kind, f"{path} holds no fitted cost_model "
+                          f"(`servesim calibrate BENCH.json` writes one)")
+    for key in options:
+        if key not in FITTED_KEYS:
+            raise ConfigError(f"cluster.cost_model.{key}", options[key], f"not beside a "
+                              f"benchmark calibration ({path}); known: {', '.join(FITTED_KEYS)}")
+    mine = (data["model"].get("name"), data["device"].get("name"), data.get("tensor_parallel", 1))
+    if mine != (model, gpu, tensor_parallel):
+        raise ConfigError(WHERE, str(path), f"fitted for {mine[0]} on {mine[1]} with "
+                          f"tensor_parallel {mine[2]}, but the cluster runs {model} on {gpu} with "
+                          f"tensor_parallel {tensor_parallel}: set cluster.model, cluster.gpu and "
+                          f"cluster.tensor_parallel as fitted (servesim run --calibration does)")
+    own = {"frontend_s": options["frontend_s"]} if "frontend_s" in options else {}
+    return {**fitted, **own}
 
 
 def load_calibrated_executor(path: str | Path, kind: str | None = None,
@@ -184,12 +222,17 @@ def load_calibrated_executor(path: str | Path, kind: str | None = None,
     """An executor from a calibration file; capacity and block size default to the profiled
     engine's, the kind to `default_kind`. Nothing in the file is executed: a learned model is
     JSON trees. `seen_shapes`: attention shapes the modelled engine has already run (engine)."""
-    if kind is not None and (not isinstance(kind, str) or kind not in KINDS):
-        raise ConfigError("cluster.cost_model.kind", kind, f"one of {', '.join(KINDS)}")
+    if kind is not None and (not isinstance(kind, str) or kind not in KINDS[:3]):
+        raise ConfigError("cluster.cost_model.kind", kind, f"one of {', '.join(KINDS)} (a "
+                          f"cost_model calibration runs on the cluster's cost model)")
     if not isinstance(path, (str, Path)):
         raise ConfigError(where, path, "must be the path of a calibration JSON file")
     data = read_calibration(path, where)
     kind = kind or default_kind(data)
+    if kind == "cost_model":
+        raise ConfigError(where, str(path), "holds cost-model options fitted to a serving "
+                          "benchmark (servesim calibrate): they run on the cluster's own cost "
+                          "model, as cluster.cost_model: {calibration: FILE}")
     roofline = calibrated_roofline(data, path, where)
     times: TimeModel = RooflineTimes(roofline)
     shapes, new_shape_s = None, 0.0
@@ -225,6 +268,10 @@ def build_calibrated_executors(options: Mapping[str, Any], num_instances: int) -
         if key not in OPTION_KEYS:
             raise ConfigError(f"cluster.cost_model.{key}", options[key],
                               f"unknown with a calibration; known: {', '.join(OPTION_KEYS)}")
+    if "frontend_s" in options:
+        from sim.frontend import check_frontend_s
+
+        check_frontend_s(options["frontend_s"])
     sizes = {}
     for key in ("kv_capacity_tokens", "block_size"):
         if options.get(key) is not None:

@@ -1,10 +1,14 @@
-"""Reading a calibration file (`python -m real.calibrate`): JSON data only, checked field by field.
+"""Reading a calibration file (`python -m real.calibrate`, `servesim calibrate`): JSON data only,
+checked field by field.
 
 A calibration JSON holds the profiled deployment (`model`, `device`, dtypes, KV capacity, block
 size), the fitted `roofline` config, optionally an `engine` section (`sim.engine_time`'s
-`EngineTimeParams`, fitted) and optionally a `learned` model: gradient-boosted trees as
+`EngineTimeParams`, fitted), optionally a `learned` model: gradient-boosted trees as
 plain arrays (`sim.learned_trees`), embedded under `learned` or in a sibling `.learned.json`
-named by `learned.path`. That path must stay inside the calibration's own folder (no absolute
+named by `learned.path`, and optionally a `cost_model` section: `cluster.cost_model` options
+fitted to a serving benchmark (`servesim calibrate`), used on the cluster's own cost model.
+A file of another kind (a benchmark result, a real-engine benchmark) is named as such
+(`sim.file_kinds`). That path must stay inside the calibration's own folder (no absolute
 path, no `..`, no symlink leading out). Pickles (`.joblib`, `.pkl`, ...) are never loaded: an
 older calibration that names one is refused with the command that rewrites it.
 """
@@ -18,6 +22,7 @@ from typing import Any, Mapping, Sequence
 from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
 from sim.engine_time import EngineTimeModel, EngineTimeParams, EngineWork
 from sim.errors import ConfigError
+from sim.file_kinds import EXPECTED_CALIBRATION, OLD_BENCH_CALIBRATION, describe_json
 from sim.hardware import GPUSpec
 from sim.jsonfile import int_value, read_json_object, section
 from sim.learned_trees import TreeEnsemble, ensemble_from_dict
@@ -33,9 +38,26 @@ RERUN = ("re-run `python -m real.calibrate PROFILE.csv --out FILE.json`, which s
 def read_calibration(path: str | Path, where: str = WHERE) -> dict[str, Any]:
     """A calibration file's JSON object, with its model, device and roofline sections."""
     data = read_json_object(path, where, WHAT)
-    for key in REQUIRED:
-        section(data, key, where, path, f"calibration file {path}")
+    if not all(isinstance(data.get(key), dict) for key in REQUIRED):
+        if data.get("format") != OLD_BENCH_CALIBRATION and any(k in data for k in REQUIRED):
+            for key in REQUIRED:  # a calibration with a section missing or malformed
+                section(data, key, where, path, f"calibration file {path}")
+        raise ConfigError(where, str(path), f"{path} is {describe_json(data)}; expected "
+                                            f"{EXPECTED_CALIBRATION}")
     return data
+
+
+def fitted_options(data: Mapping[str, Any], path: str | Path,
+                   where: str = WHERE) -> dict[str, Any] | None:
+    """The `cost_model` options a benchmark calibration holds (`servesim calibrate`), None when
+    the file has none; ConfigError naming the file when the section is not such options."""
+    options = data.get("cost_model")
+    if options is None:
+        return None
+    if not isinstance(options, dict) or "calibration" in options:
+        raise ConfigError(f"{where}.cost_model", options, f"must be cluster.cost_model options "
+                          f"(an object with no calibration key; in {path})")
+    return dict(options)
 
 
 def _build(cls: type, raw: Mapping[str, Any], field: str, path: str | Path) -> Any:

@@ -9,7 +9,7 @@ builder `experiments.executors.build_executors` passes in (sim/ imports nothing 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
 from sim.cost_model import CostModelConfig
@@ -104,9 +104,12 @@ def build_executors(spec: ClusterSpec,
                               "built by experiments.executors.build_executors")
         return real(spec)
     if "calibration" in spec.cost_model:  # (never with engine hf_static: __post_init__)
-        from sim.calibrated import build_calibrated_executors
+        from sim.calibrated import build_calibrated_executors, fitted_cost_model
 
-        return build_calibrated_executors(spec.cost_model, spec.num_instances)
+        fitted = fitted_cost_model(spec.cost_model, *deployment_names(spec))
+        if fitted is None:  # a python -m real.calibrate file: its own executor
+            return build_calibrated_executors(spec.cost_model, spec.num_instances)
+        spec = replace(spec, cost_model=fitted)  # servesim calibrate: the fitted options
     from sim.cost_executor import CostModelExecutor
     from sim.cost_model import DeploymentSpec
     from sim.cost_model_choice import build_cost_model
@@ -129,3 +132,11 @@ def build_executors(spec: ClusterSpec,
     links = tier_links(deployment, spec.kv_host_link, spec.kv_remote_link)
     executor = CostModelExecutor(build_cost_model(deployment, spec.cost_model), draft, links)
     return [executor] * spec.num_instances
+
+
+def deployment_names(spec: ClusterSpec) -> tuple[str, str, int]:
+    """(model name, GPU name, tensor parallelism) of a cluster, as a calibration records them."""
+    from sim.gpu_file import resolve_gpu
+    from sim.models import resolve_model
+
+    return resolve_model(spec.model).name, resolve_gpu(spec.gpu).name, spec.tensor_parallel

@@ -41,13 +41,15 @@ MODULES = (  # the per-step path of the paged, chunked and iteration-level polic
     "sim.engine", "sim.request", "sim.executor", "sim.cost_executor", "sim.cost_model",
     "sim.run_ends", "sim.block_counter", "sim.block_manager", "sim.recorder",
     "sim.record_log", "sim.request_source", "sim.trace_rows", "sim.stage_model",
-    "sim.stage_times", "sim.moe_cost", "sim.draft", "sim.overhead", "sim.timeouts",
-    "sim.admission", "sim.kv_tiers", "sim.kv_moves",
+    "sim.stage_attention", "sim.step_shape", "sim.stage_times", "sim.moe_cost", "sim.draft",
+    "sim.overhead", "sim.timeouts",
+    "sim.admission", "sim.kv_tiers", "sim.kv_moves", "sim.kv_offload",
     "policies.base", "policies.routing", "policies.paged", "policies.paged_decode",
     "policies.paged_instance", "policies.paged_prefix_jumps", "policies.prefix_caching",
     "policies.paged_classes", "policies.priority", "policies.speculative", "policies.swap",
     "policies.swap_space", "policies.kv_tiers", "policies.vllm", "policies.vllm_v1",
     "policies.sarathi", "policies.orca", "policies.disagg", "policies.disagg_pools",
+    "policies.vllm_offload",
 )
 
 

@@ -49,6 +49,12 @@ class CostModelExecutor:
         return self.cost_model.deployment.model.max_position_embeddings
 
     @property
+    def exact_up_to(self) -> tuple[int, str] | None:
+        """(tokens, why) when the cost model is exact only up to a sequence length (a sliding
+        window it does not price; sim/model_spec.py, sim/limits.py), else None."""
+        return self.cost_model.deployment.model.exact_up_to
+
+    @property
     def has_draft(self) -> bool:
         """Whether the instance runs a draft model (can execute speculative verify Steps)."""
         return self.draft is not None
@@ -72,8 +78,10 @@ class CostModelExecutor:
 
     def instance_info(self, instance_id: int) -> InstanceInfo:
         """What a policy may know about this instance."""
+        gpu = self.cost_model.deployment.gpu
         return InstanceInfo(instance_id, self._capacity, self.name, self.has_draft,
-                            self.kv_bytes_per_token, self.num_layers)
+                            self.kv_bytes_per_token, self.num_layers, gpu_name=gpu.name,
+                            gpu_memory_bytes=gpu.memory_bytes, kv_links=self.kv_links)
 
     def _first_oom_iteration(self, first_kv: int, num_seqs: int, num_iterations: int) -> int:
         """1-based iteration whose KV footprint first exceeds capacity, or 0 if none does."""

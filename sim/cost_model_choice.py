@@ -7,6 +7,8 @@
     cost_model: {kind: profile, profiles: DIR}       # measured tables, stage model outside them
     cost_model: {kind: roofline}                     # the roofline (the default before issue 12)
     cost_model: {step_overhead_s: 1e-3}              # roofline fields alone imply kind: roofline
+    cost_model: {kind: stage, frontend_s: 0.02}      # any kind: + a frontend's latency per request
+    cost_model: {calibration: FILE}                  # servesim calibrate's fitted options
 
 `stage` (sim/stage_model.py) gives each stage (GEMMs, attention prefill / decode, all-reduce,
 small kernels, lm_head, engine overhead) its own efficiency and fixed costs that do not divide by
@@ -14,7 +16,9 @@ tensor parallelism, with per-GPU parameters (sim/gpu_params.py, see docs/fidelit
 interpolates per-operator profiles in Vidur's layout or the real backend's
 (sim/profile_tables.py) and falls back to the stage model where they have no rows. The roofline
 keeps `CostModelConfig` fields; `stage` and `profile` take StageParams fields and `params: FILE`
-(sim/stage_params_config.py; for `profile` they set the stage fallback).
+(sim/stage_params_config.py; for `profile` they set the stage fallback). `frontend_s` is not a
+step cost: the seconds a request spends outside the engine, added to its TTFT and latency
+(sim/frontend.py).
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from typing import Any, Mapping
 
 from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
 from sim.errors import ConfigError
+from sim.frontend import frontend_of
 
 KINDS = ("roofline", "stage", "profile")  # cluster.cost_model.kind values
-CHOICE_KEYS = ("kind", "profiles", "params", "host")  # cost_model keys that are not fields
+CHOICE_KEYS = ("kind", "profiles", "params", "host", "frontend_s")  # cost_model keys that
+# are not step-cost fields (frontend_s: sim/frontend.py)
 WHERE = "cluster.cost_model"  # the config field these options live in
 
 
@@ -45,6 +51,7 @@ def _implied_kind(options: Mapping[str, Any]) -> str:
 def cost_model_kind(options: Mapping[str, Any]) -> str:
     """The kind named by `options`, or implied by its keys (`_implied_kind`)."""
     kind = options.get("kind", _implied_kind(options))
+    frontend_of(options)  # checked here, used by the run (sim/frontend.py)
     if kind not in KINDS:
         raise ConfigError(f"{WHERE}.kind", kind, f"one of {', '.join(KINDS)} (or a "
                                                  f"calibration: FILE with its own kinds)")

@@ -150,6 +150,11 @@ class InstanceInfo:
     kv_bytes_per_token: float = 0.0  # bytes of KV one token holds in the served model (all
     # layers, all heads, the instance's KV dtype); 0: unknown (test executors)
     num_layers: int = 0  # transformer layers of the served model; 0: unknown
+    gpu_name: str = ""  # the instance's GPU model, e.g. "A100-80GB"; "": unknown
+    gpu_memory_bytes: int = 0  # bytes of device memory of each of its GPUs; 0: unknown
+    # the links its KV tiers copy over (a sim.kv_moves.TierLinks: seconds per copy), None when
+    # unknown (test executors, the real engine)
+    kv_links: Any = field(default=None, compare=False)
     # the instance's engine model a policy may query before serving (memory in bytes, batch
     # times; sim.hf_static.HFStaticExecutor), None for engines that offer none
     engine: Any = field(default=None, compare=False)

@@ -187,6 +187,12 @@ class HFStaticExecutor:
         return self.deployment.model.max_position_embeddings
 
     @property
+    def exact_up_to(self) -> tuple[int, str] | None:
+        """(tokens, why) when the model is priced exactly only up to a sequence length (a
+        sliding window; sim/model_spec.py, sim/limits.py), else None."""
+        return self.deployment.model.exact_up_to
+
+    @property
     def name(self) -> str:
         """Human label, e.g. "chatglm-6b fp16 on V100-32GB x1 (hf_static)", with the engine
         parameters that differ from the defaults."""

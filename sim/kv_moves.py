@@ -52,6 +52,12 @@ class TierLinks:
             total += self.remote.seconds(step.num_remote_in_tokens * per_link)
         return total
 
+    def host_load_seconds(self, num_tokens: int) -> float:
+        """Seconds of one copy of `num_tokens` tokens' KV from host memory to the GPUs
+        (latency + bytes per link / bandwidth): an asynchronous load of vLLM V1's offloading
+        connector (policies/vllm_offload.py)."""
+        return self.host.seconds(num_tokens * self.kv_bytes_per_token / self.num_links)
+
 
 def tier_links(deployment: Any, host: str = DEFAULT_HOST_LINK,
                remote: str = DEFAULT_REMOTE_LINK) -> TierLinks:

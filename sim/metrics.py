@@ -9,7 +9,7 @@ mean_, std_ (population), median_ and p<N>_ keys; ITL percentiles are those of I
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -219,14 +219,12 @@ def _instance_summary(stats: Sequence[InstanceStats], duration: float) -> dict[s
     busy = [s.busy_s / duration if duration > 0 else 0.0 for s in stats]
     gpu_busy = [s.gpu_busy_s / duration if duration > 0 else 0.0 for s in stats]
     its = sum(s.num_iterations for s in stats)
-    steps = sum(s.num_steps for s in stats)
     return {
         "num_instances": len(stats),
         "busy_fraction": float(np.mean(busy)) if stats else 0.0,
         "gpu_busy_frac": float(np.mean(gpu_busy)) if stats else 0.0,
         "scheduling_s": sum(s.sched_s for s in stats),  # modelled scheduler CPU seconds
         "scheduling_gap_s": sum(s.busy_s - s.gpu_busy_s for s in stats),  # GPU idle on it
-        "policy_host_s_per_step": sum(s.policy_host_s for s in stats) / steps if steps else 0.0,
         "mean_batch_size": sum(s.seq_iterations for s in stats) / its if its else 0.0,
         "num_iterations": its,
         "peak_kv_fraction": max((s.peak_kv_tokens / s.kv_capacity_tokens for s in stats),
@@ -236,16 +234,31 @@ def _instance_summary(stats: Sequence[InstanceStats], duration: float) -> dict[s
     }
 
 
-def instance_frame(stats: Sequence[InstanceStats], duration: float) -> pd.DataFrame:
-    """One row per instance: busy fraction, mean batch size, peak KV use."""
+INSTANCE_STAT_COLUMNS = ("instance_id", "kv_capacity_tokens", "busy_s", "busy_fraction",
+                         "gpu_busy_s", "sched_s", "policy_host_s", "num_steps", "num_iterations",
+                         "mean_batch_size", "peak_kv_tokens", "peak_reserved_kv_tokens")
+
+
+def instance_settings(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per instance, the policy's resolved settings: the instances table's other columns."""
+    cols = [c for c in frame.columns if c not in INSTANCE_STAT_COLUMNS]
+    return [{c: (v.item() if hasattr(v, "item") else v) for c, v in zip(cols, row)}
+            for row in frame[cols].itertuples(index=False)] if cols else []
+
+
+def instance_frame(stats: Sequence[InstanceStats], duration: float,
+                   settings: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
+    """One row per instance: busy fraction, mean batch size, peak KV use, then the settings
+    the policy resolved for it (`Policy.instance_settings`)."""
     rows = []
-    for s in stats:
+    for k, s in enumerate(stats):
         rows.append({
             "instance_id": s.instance_id, "kv_capacity_tokens": s.kv_capacity_tokens,
             "busy_s": s.busy_s, "busy_fraction": s.busy_s / duration if duration > 0 else 0.0,
-            "gpu_busy_s": s.gpu_busy_s, "sched_s": s.sched_s, "policy_host_s": s.policy_host_s,
+            "gpu_busy_s": s.gpu_busy_s, "sched_s": s.sched_s,
             "num_steps": s.num_steps, "num_iterations": s.num_iterations,
             "mean_batch_size": s.seq_iterations / s.num_iterations if s.num_iterations else 0.0,
             "peak_kv_tokens": s.peak_kv_tokens,
-            "peak_reserved_kv_tokens": s.peak_reserved_kv_tokens})
+            "peak_reserved_kv_tokens": s.peak_reserved_kv_tokens,
+            **(settings[k] if k < len(settings) else {})})
     return pd.DataFrame(rows)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -53,6 +53,11 @@ class Policy(ABC):
     @abstractmethod
     def update(self, step: Step, result: StepResult, now: float) -> list[Request]:
         """Apply a finished step (ended at `now`); return requests that reached a final state."""
+
+    def instance_settings(self, instance_id: int) -> dict[str, Any]:
+        """Settings the policy resolved for one instance (e.g. `vllm`'s batch limits from its
+        GPU); they become columns of the run's instances table. None by default."""
+        return {}
 
     @abstractmethod
     def num_reserved_kv_tokens(self, instance_id: int) -> int:

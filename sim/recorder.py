@@ -22,7 +22,8 @@ STEP_COLUMNS = ("instance_id", "start_s", "duration_s", "num_iterations", "num_s
                 "reserved_kv_tokens", "oom", "sched_s", "sched_gap_s", "policy_host_s")
 # sched_s: modelled scheduler CPU seconds of the step's iterations (sim.overhead); sched_gap_s:
 # the part of it the GPU sat idle; policy_host_s: measured host seconds of the policy's
-# next_step + update for the step (time.perf_counter; not deterministic)
+# next_step + update for the step (time.perf_counter; not deterministic: in memory only, written
+# to host_timing.parquet, never to steps.parquet; sim/host_timing.py)
 
 
 FOLD = 4096  # pending adds (or scalar gaps) folded into flat arrays at a time

@@ -7,9 +7,9 @@
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -17,6 +17,8 @@ from sim.admission import AdmissionConfig, AdmissionControl
 from sim.class_metrics import class_summary
 from sim.engine import InstanceStats, Simulation
 from sim.executor import Executor, info_of
+from sim.frontend import add_frontend
+from sim.host_timing import host_summary
 from sim.limits import resolve_max_model_len
 from sim.metrics import instance_frame, records_frame, summarize
 from sim.overhead import SchedulingOverhead
@@ -38,7 +40,9 @@ class RunResult:
     _steps: pd.DataFrame | Path  # one row per executed Step (sim.recorder.STEP_COLUMNS)
     instances: pd.DataFrame  # one row per instance
     events: pd.DataFrame  # scheduler events (OOM, preemption, retraining...)
-    summary: dict[str, float]  # run-level metrics
+    summary: dict[str, float]  # run-level metrics (simulated: the same on every run)
+    host_timing: dict[str, Any] = field(default_factory=dict)  # measured host seconds
+    # (sim.host_timing.host_summary): not a simulated result, it differs run to run
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -77,7 +81,8 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
                    max_model_len: int | None = None,
                    max_concurrency: int | None = None,
                    steps_path: Path | str | None = None,
-                   admission: AdmissionConfig | None = None) -> RunResult:
+                   admission: AdmissionConfig | None = None,
+                   frontend_s: float = 0.0) -> RunResult:
     """Replay `trace` through the policy `make_policy` builds, on one executor per instance,
     with the scheduler CPU time `overhead` models (sim.overhead) before each iteration, if
     given. Prompts longer than `max_model_len` (default: the model's context) are rejected and
@@ -87,7 +92,8 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
     group at a time, never as one frame) and the result reads them back only when asked. With
     `admission` arrivals over its limits are rejected (sim/admission.py); a trace with request
     classes adds their columns to the records and per-class keys to the summary
-    (docs/classes.md)."""
+    (docs/classes.md). `frontend_s` seconds of a serving frontend's latency are added to each
+    request's TTFT and latency (sim/frontend.py)."""
     limit = resolve_max_model_len(executors, max_model_len)
     requests = TraceRequests(trace)  # built as they arrive, dropped when final
     recorder = Recorder(records=RecordLog(requests.columns["class_columns"]))
@@ -107,11 +113,12 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
         except OSError:  # a full disk: keep the frame; the caller's own write names the error
             Path(steps_path).unlink(missing_ok=True)
             steps_path = None
-    records = records_frame(recorder.records.columns())
+    records = add_frontend(records_frame(recorder.records.columns()), frontend_s)
     summary = summarize(records, recorder, stats)
     summary.update(class_summary(records, summary["duration_s"]))
     if steps_path is None:
         steps = recorder.steps_frame()
     recorder.step_log.close()  # its folded columns are in `steps` now: free them
-    return RunResult(records, steps, instance_frame(stats, summary["duration_s"]),
-                     recorder.events_frame(), summary)
+    settings = [policy.instance_settings(s.instance_id) for s in stats]
+    return RunResult(records, steps, instance_frame(stats, summary["duration_s"], settings),
+                     recorder.events_frame(), summary, host_summary(stats))

@@ -12,10 +12,11 @@ An `SLO` takes one of two forms:
   `tbt_p99_s`, ...); a run meets the SLO when every bound holds and no request failed. Goodput
   then reads the same bounds per request (vLLM's benchmark definition).
 
-Every bound may be given in seconds (`ttft_s`, `ttft_p90_s`) or milliseconds (`ttft_ms`,
-`ttft_p90_ms`), one unit per target; milliseconds are converted to seconds when the SLO is built,
-so `SLO(ttft_ms=200) == SLO(ttft_s=0.2)`. Goodput = good requests / s. Unset bounds are not
-checked. Latencies come from `sim.metrics`.
+Bounds are in seconds (`ttft_s`, `ttft_p90_s`): the canonical form, used by the docs and example
+configs, and the unit of every summary and console table. Milliseconds (`ttft_ms`,
+`ttft_p90_ms`; vLLM's `--goodput` unit) are accepted as an alias, one unit per target, and
+converted to seconds when the SLO is built, so `SLO(ttft_ms=200) == SLO(ttft_s=0.2)`.
+Goodput = good requests / s. Unset bounds are not checked. Latencies come from `sim.metrics`.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class SLO:
     def __post_init__(self) -> None:
         for name in (*TARGETS, *REQUEST_TARGETS):
             _check_bound(name, getattr(self, name), "seconds")
+            if getattr(self, name) is not None:  # 30 and 30.0 (30000 ms): one SLO, one run
+                object.__setattr__(self, name, float(getattr(self, name)))
         for ms_name, s_name in MS_FIELDS.items():
             value = getattr(self, ms_name)
             if value is None:

@@ -127,7 +127,7 @@ class TierExecutor(LinearExecutor):
         from sim.executor import InstanceInfo
 
         return InstanceInfo(instance_id, self.capacity, self.name, self.has_draft,
-                            self.kv_bytes_per_token, 1)
+                            self.kv_bytes_per_token, 1, kv_links=self.links)
 
     def iteration_times(self, step: Step) -> np.ndarray:
         """LinearExecutor's times, the step's KV tier copies paid in its first iteration."""

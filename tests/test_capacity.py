@@ -119,7 +119,7 @@ def test_every_run_reports_goodput_when_an_slo_is_set(tmp_path):
 def test_capacity_cli_writes_results_per_policy(tmp_path, capsys):
     out = tmp_path / "cap"
     argv = [str(write(tmp_path, TINY)), "--out", str(out), "--rel-tol", "0.2",
-            "--max-rate", "64"]
+            "--max-rate", "64", "--probe-s", "0", "--probe-kv", "0"]
     assert capacity_main(argv) == 0
     table = pd.read_csv(out / "capacity.csv")
     assert table["label"].tolist() == ["vanilla", "vllm_v0"]
@@ -138,10 +138,11 @@ def test_capacity_cli_writes_results_per_policy(tmp_path, capsys):
 
 def test_run_capacity_flag_and_errors(tmp_path, capsys):
     out = tmp_path / "cap2"
-    cfg = write(tmp_path, {**TINY, "policies": ["vllm_v0"]})
+    # static batches of 2: a low capacity, so the default (steady-state) probes stay short
+    cfg = write(tmp_path, {**TINY, "policies": [{"name": "vanilla", "params": {"batch_size": 2}}]})
     assert run_main([str(cfg), "--capacity", "--out", str(out), "--no-progress",
                      "--set", "workload.synthetic.num_requests=20"]) == 0
-    assert pd.read_csv(out / "capacity.csv")["label"].tolist() == ["vllm_v0"]
+    assert pd.read_csv(out / "capacity.csv")["label"].tolist() == ["vanilla"]
     no_slo = {k: v for k, v in TINY.items() if k != "slo"}
     assert capacity_main([str(write(tmp_path, no_slo))]) == 2
     assert "slo" in capsys.readouterr().err

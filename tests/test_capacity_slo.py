@@ -27,7 +27,8 @@ TINY = {
                  {"name": "vllm_v0", "params": {"max_num_seqs": 16}}],
     "slo": {"ttft_ms": 1000, "tbt_ms": 200, "attainment": 0.9},
 }
-FAST = ["--rel-tol", "0.25", "--max-rate", "32", "--no-progress"]
+FAST = ["--rel-tol", "0.25", "--max-rate", "32", "--no-progress",
+        "--probe-s", "0", "--probe-kv", "0"]  # probes as configured: tiny and quick
 
 
 def write(tmp_path: Path, raw: dict, name: str = "tiny.yaml") -> Path:
@@ -166,7 +167,10 @@ def test_progress_plot_and_goodput_columns(tmp_path, capsys):
     assert printed.count("probe vllm_v0 seed 0 @ ") == len(probes)
     assert "attainment" in printed and "goodput" in printed and "-> pass" in printed
     assert {"request_goodput", "slo_attainment", "meets_slo"} <= set(probes.columns)
-    assert (probes["request_goodput"] <= probes["request_throughput"] + 1e-12).all()
+    # goodput reads the measured window: never above the rate offered over it
+    assert (probes["request_goodput"] <= probes["offered_rps"] + 1e-12).all()
+    assert {"steady", "steady_reason", "delivered_rps", "all_slo_attainment"} <= \
+        set(probes.columns)
     table = pd.read_csv(out / "capacity.csv")
     assert {"request_goodput", "slo_attainment"} <= set(table.columns)
     assert table.loc[0, "slo_attainment"] >= 0.9

@@ -13,7 +13,6 @@ import sysconfig
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 
@@ -123,8 +122,5 @@ def test_a_sweep_on_the_compiled_build_writes_the_same_files(tmp_path):
     assert len(runs) == 10
     for run in runs:
         a, b = tmp_path / "pure" / "runs" / run, tmp_path / "compiled" / "runs" / run
-        for name in ("records.parquet", "events.parquet"):
+        for name in ("records.parquet", "events.parquet", "steps.parquet"):  # no measured time
             assert (a / name).read_bytes() == (b / name).read_bytes(), f"{run}/{name}"
-        steps_a, steps_b = (pd.read_parquet(d / "steps.parquet").drop(columns="policy_host_s")
-                            for d in (a, b))
-        pd.testing.assert_frame_equal(steps_a, steps_b)

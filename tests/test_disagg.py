@@ -269,3 +269,69 @@ def test_the_kv_size_comes_from_the_instances_not_their_names():
     res = simulate(make_trace([(0.0, 100, 4)]), "disagg", {}, executors)
     info = res.events.query("kind == 'kv_transfer'")["info"].iloc[0]
     assert f"{100 * per_token:.0f} B" in info
+
+
+# ---- prefix caching in the prefill pool ------------------------------------------------------
+def shared_prefix_trace(second_arrival_s: float):
+    """A and B: one 100-token prompt of one content stream (ids per 4 tokens), 5 outputs."""
+    from tests.factories import stream_block_ids
+
+    trace = make_trace([(0.0, 100, 5), (second_arrival_s, 100, 5)])
+    trace["block_ids"] = [stream_block_ids(1, 105, 4)] * 2
+    trace["block_tokens"] = 4
+    return trace
+
+
+@pytest.mark.parametrize("pool,params_,cached", [
+    ("vllm", {}, 96),  # V1's default: prefix caching on; 6 full blocks of 16 hit
+    ("vllm", {"enable_prefix_caching": False}, 0),
+    ("vllm_v0", {"enable_prefix_caching": True}, 96),
+    ("sarathi", {}, 0),  # off by default there
+])
+def test_the_prefill_pool_caches_prefixes_and_ttft_is_the_uncached_prefill_plus_transfer(
+        pool, params_, cached):
+    ex = LinearExecutor()
+    p = params(prefill_policy=pool, prefill_params=params_, link="pcie4")
+    res = simulate(shared_prefix_trace(1.0), "disagg", p, [ex, ex])
+    rec = res.records.set_index("request_id")
+    assert rec.loc[1, "num_cached_tokens"] == cached
+    transfer = LINKS["pcie4"].seconds(100 * KV_BPT)  # the whole prompt's KV is sent
+    prefill = ex.base_s + ex.per_token_s * (100 - cached)
+    assert rec.loc[1, "first_token_s"] == pytest.approx(1.0 + prefill + transfer, rel=1e-12)
+    assert (rec["status"] == "finished").all()
+    assert res.steps.query("instance_id == 0")["num_computed_tokens"].sum() == 200 - cached
+    if cached:
+        assert res.summary["prefix_hit_rate"] == pytest.approx(cached / 200)
+
+
+def test_a_prompt_held_for_its_transfer_is_shared_by_the_next_prefill():
+    """B arrives while A's KV is still in transfer: A's held blocks are its cached prompt
+    blocks, so B starts from them, and the prefill instance holds them once."""
+    ex = LinearExecutor(capacity=200)  # 12 blocks of 16: A's 7 and B's 7 do not fit apart
+    p = params(link="ethernet_100g", serialize_link=True)  # 0.8 ms + 20 us per 100 tokens
+    res = simulate(shared_prefix_trace(0.0105), "disagg", p, [ex, LinearExecutor()])
+    rec = res.records.set_index("request_id")
+    assert rec.loc[1, "num_cached_tokens"] == 96
+    assert rec.loc[1, "scheduled_s"] < rec.loc[0, "first_token_s"]  # while A's KV moves
+    assert (res.steps.query("instance_id == 0")["reserved_kv_tokens"] <= 200).all()
+
+
+def test_invariants_with_prefix_caching_in_the_prefill_pool():
+    from policies.registry import make_config
+    from tests.factories import with_block_ids
+
+    trace = with_block_ids(random_trace(11, 150, rate=30.0), 8)
+    caps = [3000, 2000, 900, 700]
+    executors = [LinearExecutor(capacity=c, per_ctx_s=1e-6) for c in caps]
+    p = params(num_prefill=2, link="rdma_200g", prefill_params={"router": "cache_aware"})
+    config = make_config(CheckedDisagg, p)
+    res = run_simulation(trace, lambda infos, rec: CheckedDisagg(
+        config, infos, rec, np.random.default_rng(0)), executors)
+    rec, steps = res.records, res.steps
+    assert (rec["status"] == "finished").all() and rec["num_cached_tokens"].sum() > 0
+    useful = int((rec["prompt_tokens"] + rec["output_tokens"] - 1).sum())
+    assert int(steps["num_computed_tokens"].sum()) == useful + int(
+        rec["num_recomputed_tokens"].sum() - rec["num_cached_tokens"].sum())
+    for i, cap in enumerate(caps):
+        mine = steps[steps["instance_id"] == i]
+        assert (mine["kv_tokens"] <= cap).all() and (mine["reserved_kv_tokens"] <= cap).all()

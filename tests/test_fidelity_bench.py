@@ -232,8 +232,11 @@ def test_cli_writes_a_usable_calibration(tmp_path: Path, capsys: Any) -> None:
     text = capsys.readouterr().out
     assert "before" in text and "after" in text and "cost_model:" in text
     data = json.loads(out.read_text())
-    assert data["format"] == "servesim.bench_calibration" and len(data["runs"]) == 2
-    assert set(data["cost_model"]) - {"kind"} == {"step_overhead_s", "per_seq_overhead_s"}
+    assert data["format"] == "servesim.calibration" and len(data["runs"]) == 2
+    assert set(data["cost_model"]) - {"kind"} == {"step_overhead_s", "per_seq_overhead_s",
+                                                  "frontend_s"}
+    assert data["cost_model"]["frontend_s"] < 2e-3  # the files have no frontend latency
     assert data["after"]["tpot_median_abs"] < data["before"]["tpot_median_abs"]
     build_executors(ClusterSpec(cost_model=data["cost_model"]))  # usable as cluster.cost_model
+    build_executors(ClusterSpec(cost_model={"calibration": str(out)}))  # ... and as a file
     assert calibrate_main([str(tmp_path / "none.json")]) == 2

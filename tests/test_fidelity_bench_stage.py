@@ -66,7 +66,7 @@ def test_fit_space_per_kind() -> None:
     assert stage.family == "stage" and set(stage.table) == set(STAGE_FIT_PARAMS)
     default = build_executors(STAGE)[0].cost_model.params  # the GPU's set, today's host preset
     assert stage.start["cpu_step_s"] == default.cpu_step_s != A100_80GB_PARAMS.cpu_step_s
-    assert stage.default_fit == ("cpu_step_s", "cpu_per_seq_s")
+    assert stage.default_fit == ("cpu_step_s", "cpu_per_seq_s", "frontend_s")
     over = fit_space(ClusterSpec(cost_model={"kind": "stage", "cpu_step_s": 1e-3}))
     assert over.start["cpu_step_s"] == 1e-3
 
@@ -74,7 +74,8 @@ def test_fit_space_per_kind() -> None:
 def test_stage_fit_recovers_known_host_terms(tmp_path: Path) -> None:
     traces = [read_bench_result(f).trace for f in files(tmp_path)]
     fit = fit_bench(traces, STAGE, VLLM, max_evaluations=24)
-    assert set(fit.overrides) == set(KNOWN) | set(SERIAL) and not fit.overrides["cpu_overlapped"]
+    assert set(fit.overrides) == set(KNOWN) | set(SERIAL) | {"frontend_s"}
+    assert not fit.overrides["cpu_overlapped"] and fit.overrides["frontend_s"] < 2e-3
     for key, value in KNOWN.items():
         assert fit.overrides[key] == pytest.approx(value, rel=0.03), key
     assert fit.before.tpot_bias < -0.05  # the guessed host terms are too small for this engine
@@ -96,7 +97,9 @@ def test_cli_writes_a_stage_cost_model(tmp_path: Path, capsys: Any) -> None:
     assert "cost_model:" in capsys.readouterr().out
     data = json.loads(out.read_text())
     cost_model = data["cost_model"]
-    assert cost_model["kind"] == "stage" and set(cost_model) == {"kind", *KNOWN, *SERIAL}
+    assert cost_model["kind"] == "stage"
+    assert set(cost_model) == {"kind", *KNOWN, *SERIAL, "frontend_s"}
+    assert cost_model["frontend_s"] < 2e-3  # the files have no frontend latency
     for key, value in KNOWN.items():
         assert cost_model[key] == pytest.approx(value, rel=0.05), key
     assert data["after"]["tpot_median_abs"] < data["before"]["tpot_median_abs"]

@@ -25,7 +25,7 @@ def experiment(policy: str, params: dict, cluster: dict | None = None) -> dict:
 
 @pytest.mark.parametrize("policy,params,field", [
     ("vllm", SWAP, "preemption_mode"),  # V1 recomputes only
-    ("vllm", HOST, "host_prefix_cache_gib"),  # V1 offloading is not modelled
+    ("vllm", {**HOST, "remote_prefix_cache_gib": 64.0}, "remote_prefix_cache_gib"),  # LMCache's
     ("lacb", SWAP, "preemption_mode"),
     ("lacb", HOST, "host_prefix_cache_gib"),
     ("vllm_v0", {"preemption_mode": "drop"}, "preemption_mode"),

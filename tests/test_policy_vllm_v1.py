@@ -23,8 +23,11 @@ from tests.test_properties import check_invariants
 
 
 def test_defaults_follow_vllm_serve():
-    c = make_policy("vllm", 10_000).config
-    assert (c.max_num_batched_tokens, c.max_num_seqs) == (8192, 1024)
+    p = make_policy("vllm", 10_000)
+    c = p.config
+    assert (c.max_num_batched_tokens, c.max_num_seqs) == (None, None)  # follow the GPU
+    # an instance of unknown GPU gets vLLM's large-GPU defaults (tests/test_vllm_batch_defaults)
+    assert (p.token_budgets[0], p.state[0].max_num_seqs) == (8192, 1024)
     assert c.enable_prefix_caching and c.watermark == 0.0 and c.block_size == 16
     assert c.long_prefill_token_threshold == 0
 
@@ -151,7 +154,7 @@ def test_jumps_are_exact_with_prefix_cache_hits_and_evictions(params):
 
 def test_config_is_validated():
     with pytest.raises(ConfigError, match="max_num_batched_tokens"):
-        make_policy("vllm", 10_000, max_num_batched_tokens=512)  # below max_num_seqs=1024
+        make_policy("vllm", 10_000, max_num_batched_tokens=512, max_num_seqs=1024)
     with pytest.raises(ConfigError, match="long_prefill_token_threshold"):
         make_policy("vllm", 10_000, long_prefill_token_threshold=-1)
     with pytest.raises(ConfigError, match="max_num_batched_tokens"):

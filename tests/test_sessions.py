@@ -12,7 +12,7 @@ from policies.simulate import simulate
 from sim.errors import ConfigError
 from tests.factories import LinearExecutor
 from traces.lengths import LengthDist
-from traces.sessions import SESSION_ID_STRIDE, SessionConfig, session_trace
+from traces.sessions import SESSION_ID_STRIDE, SessionConfig, session_draw, session_trace
 
 CFG = SessionConfig(rate_per_s=2.0, num_sessions=40, mean_turns=3.0, think_time_s=5.0,
                     service_s_per_token=0.05, system_prompt_tokens=40,
@@ -63,17 +63,23 @@ def test_turn_counts_follow_the_truncated_geometric():
     assert turns.max() <= 6
     assert cfg.expected_turns == pytest.approx((1 - 0.75 ** 6) / 0.25)
     assert turns.mean() == pytest.approx(cfg.expected_turns, rel=0.05)
-    assert cfg.session_rate_per_s == pytest.approx(cfg.rate_per_s / cfg.expected_turns)
+    drawn = session_draw(cfg, 0)  # by count: sessions start at rate / (their mean turns)
+    assert drawn.session_rate_per_s == pytest.approx(cfg.rate_per_s * 3000 / turns.sum())
 
 
 def test_sessions_start_within_a_duration():
     cfg = dataclasses.replace(CFG, num_sessions=None, duration_s=50.0)
-    df = session_trace(cfg, 0)
+    drawn = session_draw(cfg, 0)
+    df = drawn.trace
     starts = df[df["turn"] == 0]["arrival_s"]
-    assert starts.max() < 50.0 and len(starts) == pytest.approx(50 * cfg.session_rate_per_s,
-                                                                 rel=0.6)
-    capped = session_trace(dataclasses.replace(cfg, num_sessions=3), 0)
-    assert capped["session_id"].nunique() == 3
+    assert starts.min() >= 0 and starts.max() < 50.0
+    assert len(starts) == pytest.approx(50 * drawn.session_rate_per_s, rel=0.6)
+    assert (df["arrival_s"] < 50).sum() == 100 and drawn.note is None  # 2 req/s x 50 s
+    for _, turns in df.groupby("session_id"):  # begun before 0: its later turns, in order
+        first = int(turns["turn"].iloc[0])
+        assert turns["turn"].tolist() == list(range(first, first + len(turns)))
+    capped = session_draw(dataclasses.replace(cfg, num_sessions=3), 0)
+    assert capped.trace["session_id"].nunique() == 3 and capped.note is not None
 
 
 def test_prompt_cap_ends_sessions():
@@ -150,6 +156,6 @@ def test_direct_config_errors():
     with pytest.raises(ConfigError, match="sessions.rate_per_s"):
         SessionConfig(rate_per_s=float("inf"))
     with pytest.raises(ConfigError, match="sessions.num_sessions"):
-        SessionConfig(num_sessions=None)
+        SessionConfig(num_sessions=0, duration_s=60.0)
     with pytest.raises(ConfigError, match="sessions.new_input"):
         SessionConfig(new_input=np.int64(3))  # type: ignore[arg-type]

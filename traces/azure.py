@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import TraceError
-from traces.columns import count_rows, is_missing, to_token_counts
+from traces.columns import BadCells, bad_cells, is_missing, to_token_counts
 from traces.files import check_limit, existing_file, open_text
 from traces.schema import require_rows, validate_trace
 from traces.times import MAX_SPAN_S
@@ -30,8 +30,12 @@ def load_azure(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
     """The trace at `path` in the schema; `limit` keeps only the first rows of the file."""
     path = existing_file(path)
     check_limit(limit)
-    source = str(path)
     raw, lines = read_raw(path, limit)
+    return azure_frame(raw, str(path), lines)
+
+
+def azure_frame(raw: pd.DataFrame, source: str, lines: np.ndarray) -> pd.DataFrame:
+    """The Azure columns of `raw` (as `read_raw` gives them) in the schema."""
     stamps = parse_timestamps(raw["TIMESTAMP"], source=source, lines=lines)
     df = pd.DataFrame({
         "arrival_s": seconds_after_first(stamps, raw["TIMESTAMP"], source=source, lines=lines),
@@ -45,8 +49,11 @@ def load_azure(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
     return out
 
 
-def read_raw(path: Path, limit: int | None = None) -> tuple[pd.DataFrame, np.ndarray]:
-    """The Azure columns as strings, and each row's 1-based file line; blank lines skipped."""
+def read_raw(path: Path, limit: int | None = None,
+             bad: list[TraceError] | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+    """The Azure columns as strings, and each row's 1-based file line; blank lines skipped. A
+    row with the wrong number of fields goes to `bad` when given (counting toward `limit`),
+    else raises."""
     source = str(path)
     with open_text(path, "azure") as fh:
         reader = csv.reader(fh)
@@ -65,7 +72,14 @@ def read_raw(path: Path, limit: int | None = None) -> tuple[pd.DataFrame, np.nda
             if not any(c.strip() for c in row):
                 continue
             if len(row) != len(header):
-                _wrong_width(source, header, row, reader.line_num)
+                try:
+                    _wrong_width(source, header, row, reader.line_num)
+                except TraceError as err:
+                    if bad is None:
+                        raise
+                    bad.append(err)
+                    limit = None if limit is None else limit - 1
+                    continue
             cells.append([row[k] for k in keep])
             lines.append(reader.line_num)
     raw = pd.DataFrame(cells, columns=list(AZURE_COLUMNS), dtype=object)
@@ -73,13 +87,15 @@ def read_raw(path: Path, limit: int | None = None) -> tuple[pd.DataFrame, np.nda
 
 
 def _wrong_width(source: str, header: list[str], row: list[str], line: int) -> None:
-    """Raise TraceError for a row with too few (names the first missing field) or many fields."""
+    """Raise TraceError (BadCells) for a row with too few (names the first missing field) or
+    many fields."""
+    got = f"expected {len(header)} fields, got {len(row)}"
     if len(row) < len(header):
-        raise TraceError(source, f"missing field at line {line}: expected {len(header)} fields, "
-                                 f"got {len(row)} in {','.join(row)[:80]!r}",
-                         row=line, field=header[len(row)], value=None)
-    raise TraceError(source, f"expected {len(header)} fields, got {len(row)} at line {line}",
-                     row=line, value=",".join(row)[:80])
+        raise BadCells(source, f"missing field at line {line}: {got} in {','.join(row)[:80]!r}",
+                       why=f"missing field: {got}", field=header[len(row)], rows=[line],
+                       cells=[None])
+    raise BadCells(source, f"{got} at line {line}", why=got, field=None, rows=[line],
+                   cells=[",".join(row)[:80]])
 
 
 def parse_timestamps(values: pd.Series, *, source: str, lines: np.ndarray) -> pd.Series:
@@ -91,13 +107,13 @@ def parse_timestamps(values: pd.Series, *, source: str, lines: np.ndarray) -> pd
     except ValueError:  # "Mixed timezones detected": several offsets, or naive and offsets
         _check_one_kind(text, source=source, lines=lines)
         stamps = pd.to_datetime(text, format="ISO8601", errors="coerce", utc=True)
-    bad = np.flatnonzero(stamps.isna().to_numpy())
-    if bad.size:
-        i = int(bad[0])
-        value = values.iloc[i]
-        reason = "missing value" if is_missing(value) else "not a timestamp"
-        raise TraceError(source, f"{reason} at line {int(lines[i])} ({count_rows(bad.size)})",
-                         row=int(lines[i]), field="TIMESTAMP", value=value)
+    unparsed = stamps.isna().to_numpy()
+    missing = np.fromiter((is_missing(v) for v in values), bool, len(values))
+    first = np.flatnonzero(unparsed)
+    if first.size:  # the first bad cell's reason, with every cell that has it
+        kind = missing if missing[first[0]] else unparsed & ~missing
+        why = "missing value" if missing[first[0]] else "not a timestamp"
+        raise bad_cells(source, "TIMESTAMP", values, np.flatnonzero(kind), lines, why)
     return stamps
 
 
@@ -108,12 +124,11 @@ def _check_one_kind(text: pd.Series, *, source: str, lines: np.ndarray) -> None:
     if not kinds or all(kinds) or not any(kinds):
         return
     first = kinds[0]
-    i = next(k for k, a in enumerate(aware) if a is not None and a != first)
-    has = "has a UTC offset" if aware[i] else "has no UTC offset"
-    raise TraceError(source, f"timestamp at line {int(lines[i])} {has}, unlike the first "
-                             f"row's: naive and offset timestamps mixed are ambiguous; give "
-                             f"every TIMESTAMP an offset, or none", row=int(lines[i]),
-                     field="TIMESTAMP", value=text.iloc[i])
+    other = [k for k, a in enumerate(aware) if a is not None and a != first]
+    has = "has a UTC offset" if aware[other[0]] else "has no UTC offset"
+    raise bad_cells(source, "TIMESTAMP", text, other, lines,
+                    f"timestamp {has}, unlike the first row's: naive and offset timestamps "
+                    f"mixed are ambiguous; give every TIMESTAMP an offset, or none")
 
 
 def _has_offset(value: object) -> bool | None:
@@ -133,7 +148,7 @@ def seconds_after_first(stamps: pd.Series, values: pd.Series, *, source: str,
     seconds = (stamps - stamps.min()).dt.total_seconds().to_numpy(dtype=np.float64)
     i = int(np.argmax(seconds))
     if seconds[i] > MAX_SPAN_S:
-        raise TraceError(source, f"timestamps span {seconds[i]:.6g} s, over {MAX_SPAN_S:g} s: "
-                                 f"float64 cannot resolve microseconds of simulated time",
-                         row=int(lines[i]), field="TIMESTAMP", value=values.iloc[i])
+        raise bad_cells(source, "TIMESTAMP", values, [i], lines,
+                        f"timestamps span {seconds[i]:.6g} s, over {MAX_SPAN_S:g} s: float64 "
+                        f"cannot resolve microseconds of simulated time", counted=False)
     return seconds

@@ -29,12 +29,13 @@ output) take part in the schedule and the semaphore but are left out of the trac
 
 The trace has the schema's columns plus `measured_ttft_s`, `measured_tpot_s` ((latency - ttft)
 / (outputs - 1), NaN for one output, as the tools compute TPOT), `measured_e2e_s` and
-`bench_index` (the request's index in the file).
+`bench_index` (the request's index in the file); `itls` keeps every inter-token gap. The
+arrivals are rebuilt in traces/bench_arrivals.py. A file of another kind (a result saved without
+--save-detailed, servesim's own bench.json, a calibration) is named as such (sim/file_kinds.py).
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 from dataclasses import dataclass, field
@@ -46,12 +47,16 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import TraceError
+from sim.file_kinds import EXPECTED_BENCH, describe_json
+from traces.bench_arrivals import (concurrency_replay, positive_number, ramp_rates,
+                                   rebuild_arrivals, send_schedule)
 from traces.schema import require_rows, validate_trace
+
+__all__ = ["BenchResult", "concurrency_replay", "parse_bench_result", "read_bench_result",
+           "send_schedule"]
 
 FORMATS = ("vllm", "sglang")  # detailed-result layouts read here
 REQUIRED_KEYS = ("input_lens", "output_lens", "ttfts", "itls")  # per-request lists needed
-HINT = ("save it with `vllm bench serve --save-result --save-detailed` or SGLang's "
-        "`bench_serving --output-file F --output-details`")
 MAX_FILE_BYTES = 512 * 2**20  # bytes: a larger result file is refused before it is read
 SUMMARY_KEYS = ("duration", "completed", "failed", "request_throughput", "output_throughput",
                 "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
@@ -71,6 +76,8 @@ class BenchResult:
     arrivals: str  # how arrivals were rebuilt: measured | all_at_zero | seeded
     num_failed: int  # requests that failed in the benchmark (left out of `trace`)
     summary: Mapping[str, float] = field(default_factory=dict)  # the file's own metrics (ms, s)
+    itls: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        {"bench_index": [], "gap_s": []}))  # the succeeded requests' inter-token gaps (seconds)
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -146,15 +153,15 @@ def parse_bench_result(data: Mapping[str, Any], source: str, *, fmt: str | None 
     lists = _request_lists(data, source)
     rate = _rate(data.get("request_rate", math.inf), source)
     raw_burst = data.get("burstiness")
-    burst = 1.0 if raw_burst is None else _positive(raw_burst, "burstiness", source)
+    burst = 1.0 if raw_burst is None else positive_number(raw_burst, "burstiness", source)
     conc = data.get("max_concurrency")
     if conc is not None and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 1):
         raise TraceError(source, "must be null or an int >= 1", field="max_concurrency",
                          value=conc)
     latency = lists["latencies"]
-    ramp = _ramp_rates(data, latency.size, source)
-    arrival, how = _arrivals(lists, fmt, rate if ramp is None else ramp, burst, conc, latency,
-                             (0 if fmt == "vllm" else 1) if seed is None else seed)
+    ramp = ramp_rates(data, latency.size, source)
+    arrival, how = rebuild_arrivals(lists, fmt, rate if ramp is None else ramp, burst, conc,
+                                    latency, (0 if fmt == "vllm" else 1) if seed is None else seed)
     ok = lists["ok"]
     ttft = lists["ttfts"]
     out = lists["output_lens"]
@@ -167,44 +174,24 @@ def parse_bench_result(data: Mapping[str, Any], source: str, *, fmt: str | None 
     trace = require_rows(validate_trace(frame, source), source)
     summary = {k: float(data[k]) for k in SUMMARY_KEYS
                if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)}
-    return BenchResult(source, fmt, trace, rate, burst, conc, how, int((~ok).sum()), summary)
-
-
-def _ramp_rates(data: Mapping[str, Any], n: int, source: str) -> np.ndarray | None:
-    """Per-request rates (req/s) of a vLLM ramp-up run (linear or exponential from
-    ramp_up_start_rps to ramp_up_end_rps over the requests), None without a ramp-up."""
-    strategy = data.get("ramp_up_strategy")
-    if strategy is None:
-        return None
-    if strategy not in ("linear", "exponential"):
-        raise TraceError(source, "must be linear or exponential", field="ramp_up_strategy",
-                         value=strategy)
-    start = _positive(data.get("ramp_up_start_rps"), "ramp_up_start_rps", source)
-    end = _positive(data.get("ramp_up_end_rps"), "ramp_up_end_rps", source)
-    progress = np.arange(n) / max(n - 1, 1)
-    if strategy == "linear":
-        return start + (end - start) * progress
-    return start * (end / start) ** progress
+    owner = lists["itl_owner"]
+    itls = pd.DataFrame({"bench_index": owner, "gap_s": lists["itl_gaps"]})[ok[owner]]
+    return BenchResult(source, fmt, trace, rate, burst, conc, how, int((~ok).sum()), summary,
+                       itls.reset_index(drop=True))
 
 
 def _rate(value: Any, source: str) -> float:
     if isinstance(value, str) and value.strip().lower() in ("inf", "infinity"):
         return math.inf
-    return _positive(value, "request_rate", source)
-
-
-def _positive(value: Any, key: str, source: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise TraceError(source, "must be a number > 0", field=key, value=value)
-    return float(value)
+    return positive_number(value, "request_rate", source)
 
 
 def _request_lists(data: Mapping[str, Any], source: str) -> dict[str, np.ndarray]:
     """The per-request lists as arrays, every one the same length; `ok` marks successes."""
     for key in REQUIRED_KEYS:
         if key not in data:
-            raise TraceError(source, f"missing key {key!r}: per-request results are saved "
-                                     f"only in detailed mode; {HINT}", field=key, value=None)
+            raise TraceError(source, f"is {describe_json(data)}, with no {key!r}; expected "
+                                     f"{EXPECTED_BENCH}", field=key, value=None)
         if not isinstance(data[key], list):
             raise TraceError(source, "must be a JSON list", field=key,
                              value=type(data[key]).__name__)
@@ -220,6 +207,8 @@ def _request_lists(data: Mapping[str, Any], source: str) -> dict[str, np.ndarray
         if not isinstance(gaps, list) or not all(_is_number(g) and g >= 0 for g in gaps):
             raise TraceError(source, "must be a list of seconds >= 0", row=i, field="itls",
                              value=gaps)
+    out["itl_owner"] = np.repeat(np.arange(n), [len(g) for g in itls])
+    out["itl_gaps"] = np.array([g for gaps in itls for g in gaps], dtype=np.float64)
     summed = out["ttfts"] + np.array([math.fsum(g) for g in itls], dtype=np.float64)
     has_lat = isinstance(data.get("latencies"), list)
     out["latencies"] = _numbers(data, "latencies", n, source, integer=False) if has_lat else summed
@@ -254,52 +243,3 @@ def _numbers(data: Mapping[str, Any], key: str, n: int, source: str, *,
             kind = "an integer" if integer else "a number of seconds"
             raise TraceError(source, f"must be {kind} >= 0", row=i, field=key, value=v)
     return np.array(values, dtype=np.int64 if integer else np.float64)
-
-
-def _arrivals(lists: Mapping[str, np.ndarray], fmt: str, rate: float | np.ndarray,
-              burstiness: float,
-              max_concurrency: int | None, latency: np.ndarray,
-              seed: int) -> tuple[np.ndarray, str]:
-    """Seconds at which each request reached the server, and how they were rebuilt."""
-    if "start_times" in lists:
-        start = lists["start_times"]
-        return start - start.min(), "measured"
-    n = latency.size
-    if np.ndim(rate) == 0 and math.isinf(rate):
-        scheduled, how = np.zeros(n), "all_at_zero"
-    else:
-        scheduled, how = send_schedule(fmt, n, rate, burstiness, seed), "seeded"
-    if max_concurrency is not None:
-        scheduled = concurrency_replay(scheduled, latency, max_concurrency)
-    return scheduled, how
-
-
-def send_schedule(fmt: str, n: int, rate: float | np.ndarray, burstiness: float,
-                  seed: int) -> np.ndarray:
-    """Send times (seconds) the tool would draw for n requests at `rate` (req/s; per request
-    for a vLLM ramp-up, which is not rescaled) (module docstring)."""
-    rng = np.random.RandomState(seed)
-    if fmt == "sglang":
-        gaps = rng.exponential(1.0 / np.broadcast_to(rate, (n,))[1:], max(n - 1, 0))
-        return np.concatenate(([0.0], np.cumsum(gaps)))[:n]
-    rates = np.broadcast_to(np.asarray(rate, dtype=np.float64), (n,))
-    if math.isinf(burstiness):
-        delays = np.cumsum(1.0 / rates)
-    else:
-        delays = np.cumsum(rng.gamma(burstiness, 1.0 / (rates * burstiness), n))
-    if np.ndim(rate) == 0 and n and delays[-1] > 0:
-        delays *= (n / float(rate)) / delays[-1]  # vLLM rescales the last send to n / rate
-    return delays
-
-
-def concurrency_replay(scheduled: np.ndarray, latency: np.ndarray, slots: int) -> np.ndarray:
-    """Send times under a FIFO semaphore of `slots`: request i waits for its schedule and for
-    the earliest of the in-flight requests to finish (each holds its slot `latency` seconds)."""
-    busy: list[float] = []  # finish times of the requests holding a slot
-    sent = np.empty_like(scheduled, dtype=np.float64)
-    for i, (t, lat) in enumerate(zip(scheduled, latency)):
-        if len(busy) >= slots:
-            t = max(t, heapq.heappop(busy))
-        sent[i] = t
-        heapq.heappush(busy, t + float(lat))
-    return sent

@@ -19,8 +19,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceError
-from traces.columns import Lines, count_rows, is_missing, plain, row_label, where_text
+from traces.columns import Lines, bad_cells, is_missing
 
 CLASS_COLUMNS: tuple[str, ...] = ("class", "priority", "timeout_s")
 CLASS_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -29,11 +28,9 @@ PRIORITY_RANGE = (-(2**31), 2**31 - 1)  # priorities are 32-bit ints (vLLM: any 
 
 def _fail(source: str, field: str, values: pd.Series, bad: list[int], lines: Lines,
           reason: str) -> None:
-    """TraceError for the first bad row, if any."""
+    """BadCells (a TraceError) naming the first bad row and keeping them all, if any."""
     if bad:
-        i = bad[0]
-        raise TraceError(source, f"{reason} at {where_text(i, lines)} ({count_rows(len(bad))})",
-                         row=row_label(i, lines), field=field, value=plain(values.iloc[i]))
+        raise bad_cells(source, field, values, bad, lines, reason)
 
 
 def to_class_names(values: pd.Series, *, source: str, field: str, lines: Lines) -> pd.Series:

@@ -1,7 +1,8 @@
 """Column coercion with precise errors: each bad cell is reported by source, row, field and value.
 
 `lines` (optional) maps a 0-based data row to the number reported as the error's row, e.g. the
-1-based line of a file; without it the 0-based data row index is reported.
+1-based line of a file; without it the 0-based data row index is reported. A failed check raises
+`BadCells`, a TraceError that names the first bad row and keeps them all.
 """
 
 from __future__ import annotations
@@ -41,14 +42,37 @@ def is_missing(value: object) -> bool:
     return value is pd.NaT or value is pd.NA
 
 
+class BadCells(TraceError):
+    """A check that some rows fail: the error names the first (row, field, value) as any
+    TraceError does, and keeps every failing row and its cell, so a loader that skips bad rows
+    (traces/skip_rows.py) drops them all at once."""
+
+    def __init__(self, source: str, reason: str, *, why: str, field: str | None,
+                 rows: Sequence[int], cells: Sequence[object]) -> None:
+        super().__init__(source, reason, row=int(rows[0]), field=field, value=plain(cells[0]))
+        self.why = why  # the reason without the row ("token count must be >= 1")
+        self.rows = tuple(int(r) for r in rows)  # every failing row, as errors name rows
+        self.cells = tuple(plain(c) for c in cells)  # their cells, in the same order
+
+
+def bad_cells(source: str, field: str, values: pd.Series, bad: np.ndarray | Sequence[int],
+              lines: Lines, why: str, counted: bool = True) -> BadCells:
+    """BadCells for the data rows `bad` (non-empty) of `values`, named by `lines`; the message
+    says where the first is (and how many fail, when `counted`)."""
+    bad = np.atleast_1d(np.asarray(bad, dtype=np.int64))
+    i = int(bad[0])
+    count = f" ({count_rows(bad.size)})" if counted else ""
+    labels = bad if lines is None else np.asarray(lines)[bad]
+    return BadCells(source, f"{why} at {where_text(i, lines)}{count}", why=why, field=field,
+                    rows=labels.tolist(), cells=values.iloc[bad].tolist())
+
+
 def _fail(source: str, field: str, values: pd.Series, mask: np.ndarray, lines: Lines,
           reason: str) -> None:
-    """Raise TraceError for the first row where mask is True, if any."""
+    """Raise BadCells for the rows where mask is True (naming the first), if any."""
     bad = np.flatnonzero(mask)
     if bad.size:
-        i = int(bad[0])
-        raise TraceError(source, f"{reason} at {where_text(i, lines)} ({count_rows(bad.size)})",
-                         row=row_label(i, lines), field=field, value=plain(values.iloc[i]))
+        raise bad_cells(source, field, values, bad, lines, reason)
 
 
 def count_rows(n: int) -> str:
@@ -120,16 +144,17 @@ def to_block_ids(values: pd.Series, *, source: str, field: str, lines: Lines) ->
     """object Series of tuple[int, ...]; accepts lists, tuples, arrays and JSON list strings."""
     out = []
     low, high = BLOCK_ID_RANGE
+    bad: dict[str, list[int]] = {}  # reason -> data rows
     for i, v in enumerate(values):
         blocks = _as_int_tuple(v)
         if blocks is None:
-            raise TraceError(source, f"expected a list of integer block ids "
-                                     f"({where_text(i, lines)})",
-                             row=row_label(i, lines), field=field, value=plain(v))
-        if blocks and not low <= min(blocks) <= max(blocks) <= high:
-            raise TraceError(source, f"block ids must fit in int64 ({where_text(i, lines)})",
-                             row=row_label(i, lines), field=field, value=plain(v))
+            bad.setdefault("expected a list of integer block ids", []).append(i)
+        elif blocks and not low <= min(blocks) <= max(blocks) <= high:
+            bad.setdefault("block ids must fit in int64", []).append(i)
         out.append(blocks)
+    if bad:  # the reason of the first bad row, with every row that has it
+        why, rows = min(bad.items(), key=lambda item: item[1][0])
+        raise bad_cells(source, field, values, rows, lines, why)
     return pd.Series(out, index=values.index, dtype=object)
 
 

@@ -23,6 +23,7 @@ from typing import IO, BinaryIO
 import pandas as pd
 
 from sim.errors import ConfigError, TraceError
+from traces.columns import BadCells
 
 GZIP_MAGIC = b"\x1f\x8b"  # first two bytes of every gzip stream
 SNIFF_BYTES = 8192  # bytes of (decompressed) content inspected for a BOM and NUL bytes
@@ -129,10 +130,12 @@ def _read_errors(source: str, fmt: str) -> Iterator[None]:
         raise TraceError(source, f"corrupt gzip data ({exc}); format tried: {fmt}") from None
 
 
-def iter_jsonl(path: Path, limit: int | None = None, *,
-               fmt: str = "jsonl") -> Iterator[tuple[int, dict]]:
+def iter_jsonl(path: Path, limit: int | None = None, *, fmt: str = "jsonl",
+               bad: list[TraceError] | None = None) -> Iterator[tuple[int, dict]]:
     """(1-based line number, object) for each non-blank line, at most `limit` of them.
-    Numbers with a fraction or exponent are ExactFloat (floats keeping their text)."""
+    Numbers with a fraction or exponent are ExactFloat (floats keeping their text). With `bad`,
+    a line that is not a JSON object is appended to it (and counts toward `limit`) instead of
+    raised."""
     count = 0
     with open_text(path, fmt) as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -140,21 +143,30 @@ def iter_jsonl(path: Path, limit: int | None = None, *,
                 return
             if not line.strip():
                 continue
-            yield lineno, parse_json_object(line, str(path), lineno)
             count += 1
+            try:
+                obj = parse_json_object(line, str(path), lineno)
+            except TraceError as err:
+                if bad is None:
+                    raise
+                bad.append(err)
+                continue
+            yield lineno, obj
 
 
 def parse_json_object(line: str, source: str, lineno: int) -> dict:
-    """One JSON object; TraceError with the line number when malformed or not an object."""
+    """One JSON object; a TraceError (BadCells, for loaders that skip bad rows) with the line
+    number when malformed or not an object."""
     try:
         obj = json.loads(line, parse_float=ExactFloat)
     except ValueError as exc:
         snippet = line.strip()[:80]
-        raise TraceError(source, f"malformed JSON on line {lineno}: {exc}",
-                         row=lineno, value=snippet) from None
+        raise BadCells(source, f"malformed JSON on line {lineno}: {exc}",
+                       why=f"malformed JSON ({getattr(exc, 'msg', exc)})", field=None,
+                       rows=[lineno], cells=[snippet]) from None
     if not isinstance(obj, dict):
-        raise TraceError(source, f"line {lineno} is not a JSON object", row=lineno,
-                         value=line.strip()[:80])
+        raise BadCells(source, f"line {lineno} is not a JSON object", why="not a JSON object",
+                       field=None, rows=[lineno], cells=[line.strip()[:80]])
     return obj
 
 

@@ -32,15 +32,25 @@ def load_csv(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
     """A schema CSV; `limit` keeps the first rows."""
     path = existing_file(path)
     check_limit(limit)
+    return finish(read_csv_raw(path, limit), str(path))
+
+
+def read_csv_raw(path: Path, limit: int | None = None) -> pd.DataFrame:
+    """A schema CSV's first `limit` rows as read (text columns and arrivals as written)."""
     dtypes = {c: object for c in (*STRING_COLUMNS, *CLASS_COLUMNS, ARRIVAL)}  # text as written
     # (arrival_s: an exact shift; class: "007" stays a name)
-    return _finish(read_csv_cells(path, limit, dtypes), str(path))
+    return read_csv_cells(path, limit, dtypes)
 
 
 def load_parquet(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
     """A schema Parquet file (gzip-compressed allowed); `limit` keeps the first rows."""
     path = existing_file(path)
     check_limit(limit)
+    return finish(read_parquet_raw(path, limit), str(path))
+
+
+def read_parquet_raw(path: Path, limit: int | None = None) -> pd.DataFrame:
+    """A Parquet file's first `limit` rows as read (gzip-compressed allowed)."""
     try:
         if is_gzip(path):
             with open_binary(path) as fh:
@@ -49,29 +59,35 @@ def load_parquet(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
             raw = pd.read_parquet(path)
     except Exception as exc:  # pyarrow / gzip raise several unrelated types for bad files
         raise TraceError(str(path), f"unreadable Parquet: {exc}") from None
-    if limit is not None:
-        raw = raw.head(limit)
-    return _finish(raw, str(path))
+    return raw if limit is None else raw.head(limit)
 
 
 def load_jsonl(path: str | Path, *, limit: int | None = None) -> pd.DataFrame:
     """A schema JSON-lines file (one object per request); `limit` keeps the first records."""
     path = existing_file(path)
     check_limit(limit)
+    raw, lines = read_jsonl_raw(path, limit)
+    if not len(raw):
+        raise TraceError(str(path), "trace has no requests")
+    return finish(raw, str(path), lines)
+
+
+def read_jsonl_raw(path: Path, limit: int | None = None,
+                   bad: list[TraceError] | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+    """A JSON-lines file's first `limit` records and their file lines (lines that are not
+    JSON objects go to `bad` when given, else raise)."""
     records: list[dict] = []
     lines: list[int] = []
-    for lineno, obj in iter_jsonl(path, limit):
+    for lineno, obj in iter_jsonl(path, limit, bad=bad):
         records.append(obj)
         lines.append(lineno)
-    if not records:
-        raise TraceError(str(path), "trace has no requests")
     raw = pd.DataFrame.from_records(records)
     if ARRIVAL in raw.columns:  # the exact values (ExactFloat keeps the decimal text)
         raw[ARRIVAL] = pd.Series([r.get(ARRIVAL) for r in records], dtype=object)
-    return _finish(raw, str(path), np.asarray(lines))
+    return raw, np.asarray(lines, dtype=np.int64)
 
 
-def _finish(raw: pd.DataFrame, source: str, lines: Lines = None) -> pd.DataFrame:
+def finish(raw: pd.DataFrame, source: str, lines: Lines = None) -> pd.DataFrame:
     """`raw` with arrivals shifted to start at 0, validated; TraceError when it has no rows."""
     origin = None
     if ARRIVAL in raw.columns:

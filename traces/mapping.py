@@ -22,7 +22,7 @@ import pandas as pd
 
 from sim.errors import ConfigError, TraceError
 from traces.class_columns import CLASS_COLUMNS
-from traces.columns import Lines, is_missing, row_label, where_text
+from traces.columns import BadCells, Lines, bad_cells, is_missing
 from traces.files import check_limit, existing_file, iter_jsonl, read_csv_cells
 from traces.schema import (BLOCK_COLUMN, BLOCK_TOKENS_COLUMN, REQUIRED_COLUMNS, STRING_COLUMNS,
                            require_rows, validate_trace)
@@ -96,12 +96,14 @@ def load_mapped(path: str | Path, fmt: str, mapping: TraceMapping, *,
                                                         f"{', '.join(MAPPED_FILE_FORMATS)} files")
     path = existing_file(path)
     check_limit(limit)
-    raw, lines = _read_raw(path, fmt, limit)
+    raw, lines = read_raw(path, fmt, limit)
     return apply_mapping(raw, mapping, str(path), lines)
 
 
-def _read_raw(path: Path, fmt: str, limit: int | None) -> tuple[pd.DataFrame, Lines]:
-    """The file's cells as read (CSV: all text), with file lines for JSON lines."""
+def read_raw(path: Path, fmt: str, limit: int | None,
+             bad: list[TraceError] | None = None) -> tuple[pd.DataFrame, Lines]:
+    """The file's cells as read (CSV: all text), with file lines for JSON lines (whose lines
+    that are not JSON objects go to `bad` when given, else raise)."""
     if fmt == "csv":
         return read_csv_cells(path, limit, object), None
     if fmt == "parquet":
@@ -110,8 +112,8 @@ def _read_raw(path: Path, fmt: str, limit: int | None) -> tuple[pd.DataFrame, Li
         except Exception as exc:  # pyarrow raises several unrelated types for bad files
             raise TraceError(str(path), f"unreadable Parquet: {exc}") from None
         return (raw if limit is None else raw.head(limit)), None
-    pairs = list(iter_jsonl(path, limit))
-    if not pairs:
+    pairs = list(iter_jsonl(path, limit, bad=bad))
+    if not pairs and not bad:
         raise TraceError(str(path), "trace has no requests")
     raw = pd.DataFrame.from_records([obj for _, obj in pairs])
     return raw, np.asarray([line for line, _ in pairs])
@@ -150,8 +152,11 @@ def _file_field(err: TraceError, mapping: TraceMapping) -> TraceError:
     """`err` with a mapped schema field named by its file column too."""
     if err.field is None or mapping.file_column(err.field) == err.field:
         return err
-    return TraceError(err.source, str(err.args[1]), row=err.row,
-                      field=f"{mapping.file_column(err.field)} ({err.field})", value=err.value)
+    field = f"{mapping.file_column(err.field)} ({err.field})"
+    if isinstance(err, BadCells):
+        return BadCells(err.source, str(err.args[1]), why=err.why, field=field, rows=err.rows,
+                        cells=err.cells)
+    return TraceError(err.source, str(err.args[1]), row=err.row, field=field, value=err.value)
 
 
 def parse_arrivals(values: pd.Series, fmt: TimestampFormat, source: str, column: str,
@@ -174,7 +179,7 @@ def parse_dates(values: pd.Series, fmt: str, source: str, column: str,
     pattern = "ISO8601" if fmt == "iso8601" else fmt
     missing = [i for i, v in enumerate(values) if is_missing(v)]
     if missing:
-        _bad_date(source, column, lines, missing[0], values.iloc[missing[0]], "missing timestamp")
+        raise bad_cells(source, column, values, missing, lines, "missing timestamp", False)
     if pd.api.types.is_datetime64_any_dtype(values.dtype):
         utc = values.dt.tz_localize if values.dt.tz is None else values.dt.tz_convert
         stamps = utc("UTC")
@@ -186,9 +191,7 @@ def parse_dates(values: pd.Series, fmt: str, source: str, column: str,
         parsed = pd.Series([_one_date(t, pattern) for t in text], index=values.index)
     bad = np.flatnonzero(parsed.isna().to_numpy())
     if bad.size:
-        i = int(bad[0])
-        _bad_date(source, column, lines, i, values.iloc[i],
-                  f"does not parse as {fmt} ({bad.size} bad row{'s' if bad.size > 1 else ''})")
+        raise bad_cells(source, column, values, bad, lines, f"does not parse as {fmt}")
     nanos = [int(t.value) for t in parsed]
     if fmt != "iso8601" and time_of_day_only(fmt):  # one date for all: roll at midnights
         return roll_midnights(nanos, source=source, field=column, values=values, lines=lines)
@@ -201,9 +204,3 @@ def _one_date(text: str, pattern: str) -> pd.Timestamp | None:
         return pd.to_datetime(text, utc=True, format=pattern)
     except (ValueError, TypeError, OverflowError):
         return None
-
-
-def _bad_date(source: str, column: str, lines: Lines, i: int, value: object,
-              reason: str) -> None:
-    raise TraceError(source, f"{reason} at {where_text(i, lines)}", row=row_label(i, lines),
-                     field=column, value=value)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import TraceError
-from traces.columns import to_block_ids, to_token_counts
+from traces.columns import BadCells, to_block_ids, to_token_counts
 from traces.files import check_limit, existing_file, iter_jsonl
 from traces.schema import require_rows, validate_trace
 from traces.times import relative_seconds
@@ -30,17 +30,36 @@ def load_mooncake(path: str | Path, *, limit: int | None = None) -> pd.DataFrame
     """The trace at `path` in the schema, with `block_ids`; `limit` keeps the first records."""
     path = existing_file(path)
     check_limit(limit)
+    raw, lines = read_records(path, limit)
+    return mooncake_frame(raw, str(path), lines)
+
+
+def read_records(path: Path, limit: int | None = None,
+                 bad: list[TraceError] | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+    """The Mooncake keys of each record (object columns) and its 1-based file line. A line
+    that is not a JSON object, or lacks a key, goes to `bad` when given, else raises."""
     source = str(path)
     columns: dict[str, list] = {key: [] for key in MOONCAKE_KEYS}
     lines: list[int] = []
-    for lineno, obj in iter_jsonl(path, limit, fmt="mooncake"):
+    for lineno, obj in iter_jsonl(path, limit, fmt="mooncake", bad=bad):
+        missing = [key for key in MOONCAKE_KEYS if key not in obj]
+        if missing:
+            err = BadCells(source, f"missing key {missing[0]!r} on line {lineno}",
+                           why=f"missing key {missing[0]!r}", field=missing[0], rows=[lineno],
+                           cells=[None])
+            if bad is None:
+                raise err
+            bad.append(err)
+            continue
         for key in MOONCAKE_KEYS:
-            if key not in obj:
-                raise TraceError(source, f"missing key {key!r} on line {lineno}",
-                                 row=lineno, field=key, value=None)
             columns[key].append(obj[key])
         lines.append(lineno)
-    raw = {key: pd.Series(vals, dtype=object) for key, vals in columns.items()}
+    raw = pd.DataFrame({key: pd.Series(vals, dtype=object) for key, vals in columns.items()})
+    return raw, np.asarray(lines, dtype=np.int64)
+
+
+def mooncake_frame(raw: pd.DataFrame, source: str, lines: np.ndarray) -> pd.DataFrame:
+    """The records of `raw` (as `read_records` gives them) in the schema."""
     arrival, origin = relative_seconds(raw["timestamp"], source=source, field="timestamp",
                                        lines=lines, units_per_s=MS_PER_S)
     df = pd.DataFrame({
@@ -53,6 +72,6 @@ def load_mooncake(path: str | Path, *, limit: int | None = None) -> pd.DataFrame
                                   lines=lines),
         "block_tokens": np.full(len(lines), MOONCAKE_BLOCK_TOKENS, dtype=np.int64),
     })
-    out = require_rows(validate_trace(df, source, lines=np.asarray(lines)), source)
+    out = require_rows(validate_trace(df, source, lines=lines), source)
     out.attrs["arrival_origin"] = origin
     return out

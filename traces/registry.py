@@ -9,6 +9,7 @@ import pandas as pd
 
 from sim.errors import ConfigError
 from traces.azure import AZURE_COLUMNS, load_azure
+from traces.bench_trace import load_bench_trace, looks_like_bench
 from traces.files import existing_file, open_text, peek_jsonl
 from traces.generic import load_csv, load_jsonl, load_parquet
 from traces.magnus_workload import load_magnus_trace
@@ -27,6 +28,7 @@ TRACE_FORMATS: dict[str, TraceLoader] = {
     "parquet": load_parquet,
     "jsonl": load_jsonl,
     "magnus_apps": load_magnus_trace,
+    "vllm_bench": load_bench_trace,  # vllm bench serve --save-detailed (or SGLang's) result
 }
 
 _JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -55,6 +57,8 @@ def infer_format(path: str | Path) -> str:
     if suffix in _JSONL_SUFFIXES:
         if name.startswith("mooncake"):
             return "mooncake"
+        if path.is_file() and looks_like_bench(path):  # a serving benchmark's result
+            return "vllm_bench"
         first = peek_jsonl(path, "jsonl (inferring mooncake / jsonl)") if path.is_file() else None
         return "mooncake" if first is not None and "hash_ids" in first else "jsonl"
     raise ConfigError("trace.format", suffix or path.name,

@@ -25,8 +25,7 @@ from decimal import Decimal
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceError
-from traces.columns import MAX_ARRIVAL_S, Lines, plain, row_label, to_numeric, where_text
+from traces.columns import MAX_ARRIVAL_S, Lines, bad_cells, to_numeric, where_text
 from traces.files import ExactFloat
 
 MAX_SPAN_S = MAX_ARRIVAL_S  # seconds (1e9, ~32 years); float64 resolves ~1.2e-7 s there
@@ -162,9 +161,8 @@ def _check_float_resolution(values: pd.Series, nums: np.ndarray, source: str, fi
 
 def _fail_at(source: str, field: str, values: pd.Series, lines: Lines, rows: np.ndarray,
              reason: str) -> None:
-    """TraceError at the first of `rows` (a scalar or array of data rows), if any."""
+    """BadCells (a TraceError) at the first of `rows` (a scalar or array of data rows),
+    keeping them all, if any."""
     rows = np.atleast_1d(rows)
     if rows.size:
-        i = int(rows[0])
-        raise TraceError(source, f"{reason} at {where_text(i, lines)}",
-                         row=row_label(i, lines), field=field, value=plain(values.iloc[i]))
+        raise bad_cells(source, field, values, rows, lines, reason, counted=False)

@@ -47,8 +47,8 @@ DISAGG_CASES = [
     ({"num_prefill": 2}, "params.num_prefill"),  # no decode instance of 2
     ({"prefill_policy": "orca"}, "params.prefill_policy"),
     ({"decode_policy": "magnus"}, "params.decode_policy"),
-    ({"prefill_params": {"enable_prefix_caching": True}},
-     "params.prefill_params.enable_prefix_caching"),
+    ({"prefill_params": {"kv_offloading_size": 4}},  # prefix caching runs there; tiers do not
+     "params.prefill_params.kv_offloading_size"),
     ({"decode_params": {"enable_prefix_caching": True}},
      "params.decode_params.enable_prefix_caching"),
     ({"prefill_params": {"num_speculative_tokens": 2}},

@@ -285,8 +285,8 @@ def test_trace_changed_while_the_sweep_ran_is_refused(tmp_path, capsys, monkeypa
     import experiments.sweep
     real = experiments.sweep.write_run
 
-    def edit_after_first(run_dir, result, config):
-        real(run_dir, result, config)
+    def edit_after_first(run_dir, result, config, *measured):
+        real(run_dir, result, config, *measured)
         TRACE.iloc[:4].to_csv(tmp_path / "t.csv", index=False)
 
     monkeypatch.setattr(experiments.sweep, "write_run", edit_after_first)
