@@ -31,8 +31,9 @@ from sim.errors import ConfigError
 from sim.frontend import frontend_of
 
 KINDS = ("roofline", "stage", "profile")  # cluster.cost_model.kind values
-CHOICE_KEYS = ("kind", "profiles", "params", "host", "frontend_s")  # cost_model keys that
-# are not step-cost fields (frontend_s: sim/frontend.py)
+CHOICE_KEYS = ("kind", "profiles", "params", "host", "frontend_s", "attention")  # cost_model
+# keys that are not step-cost fields (frontend_s: sim/frontend.py; attention: the kernel set,
+# sim/attention_kernels.py)
 WHERE = "cluster.cost_model"  # the config field these options live in
 
 
@@ -64,6 +65,9 @@ def cost_model_kind(options: Mapping[str, Any]) -> str:
     if kind == "roofline" and "params" in options:
         raise ConfigError(f"{WHERE}.params", options["params"],
                           "a stage parameter file: only with kind: stage or profile")
+    if kind == "roofline" and "attention" in options:
+        raise ConfigError(f"{WHERE}.attention", options["attention"],
+                          "an attention kernel set: only with kind: stage or profile")
     if kind == "roofline" and "host" in options:
         raise ConfigError(f"{WHERE}.host", options["host"],
                           "a host preset: only with kind: stage or profile (the roofline has "

@@ -158,6 +158,20 @@ def load_stage_params(path: str) -> StageParams:
         raise ConfigError(field, path, f"{err.field}={err.value!r}: {err.reason}") from None
 
 
+def with_attention_kernel(params: StageParams, kernel: Any, gpu: GPUSpec | None) -> StageParams:
+    """`params` with the attention terms of the kernel set `cluster.cost_model.attention`
+    names (sim/attention_kernels.py), derived for `gpu`; unchanged when none is named."""
+    if kernel is None:
+        return params
+    from sim.attention_kernels import check_kernel, with_kernel
+
+    name = check_kernel(kernel, f"{WHERE}.attention") if isinstance(kernel, str) else None
+    if name is None or gpu is None:
+        raise ConfigError(f"{WHERE}.attention", kernel, "a kernel set name (flashinfer, "
+                          "flash_attention) for a built-in or file GPU")
+    return with_kernel(params, name, gpu)
+
+
 def resolve_stage_params(gpu_params: Callable[[], StageParams], options: Mapping[str, Any],
                          skip: tuple[str, ...], gpu: GPUSpec | None = None) -> StageParams:
     """The `params` file's set when named, else `gpu_params()` (the GPU's own; not called
@@ -176,6 +190,7 @@ def resolve_stage_params(gpu_params: Callable[[], StageParams], options: Mapping
             host = "params"
     else:
         raise ConfigError(f"{WHERE}.{PARAMS_KEY}", path, "must be a path to a JSON file")
+    base = with_attention_kernel(base, options.get("attention"), gpu)
     base = apply_host(base, host, gpu)
     if not overrides:
         return base
