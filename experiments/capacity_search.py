@@ -72,6 +72,8 @@ class RateSearch:
                     min(2 * rate, self.config.max_rate)
             return rates
         low, high = self.result.capacity_rps, self.result.failing_rps
+        if low == 0.0:
+            return []  # even min_rate misses the SLO: capacity is below it (not searched)
         if high < math.inf and high - low > self.config.rel_tol * high:
             return [(low + high) / 2]
         return []

@@ -16,6 +16,9 @@ def result_line(row: dict[str, Any]) -> str:
             f"{row['delivered_rps']:.3g} delivered ({row['seed_aggregate']} over seeds; spread "
             f"{row['capacity_spread_rps']:.3g}; fails at {upper}; {row['num_probes']} probes, "
             f"{row['wall_s']:.1f} s simulating)")
+    if row["capacity_rps"] == 0:
+        line += (f"; WARNING: even the first probe ({upper} req/s) missed the SLO: the capacity "
+                 f"is below it, unsearched; lower --min-rate")
     if row.get("max_rejected") or row.get("max_length_capped"):
         counted = "counted as misses" if "attainment" in row["slo"] else "not counted"
         line += (f"; warning: up to {row['max_rejected']} requests rejected and "

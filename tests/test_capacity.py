@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from experiments.capacity import SearchConfig, main as capacity_main, search_capacity
+from experiments.capacity_table import result_line
 from experiments.run import load_config, main as run_main
 from sim.errors import ConfigError
 from sim.slo import SLO, good_requests, meets_slo, slo_summary, slo_violations
@@ -68,7 +69,12 @@ def test_search_brackets_a_known_capacity(true_capacity):
 
 def test_search_edges():
     never = search_capacity(lambda rate: False, SearchConfig(min_rate=1.0, max_probes=6))
-    assert never.capacity_rps == 0.0 and len(never.probes) == 6
+    # the first probe fails: no bisection towards 0 req/s (ever longer arrivals), capacity 0
+    assert never.capacity_rps == 0.0 and never.probes == [(1.0, False)]
+    line = result_line({"label": "p", "capacity_rps": 0.0, "failing_rps": 1.0,
+                        "delivered_rps": math.nan, "seed_aggregate": "min",
+                        "capacity_spread_rps": 0.0, "num_probes": 1, "wall_s": 0.1})
+    assert "even the first probe (1 req/s) missed the SLO" in line and "--min-rate" in line
     always = search_capacity(lambda rate: True, SearchConfig(min_rate=1.0, max_rate=8.0))
     assert always.capacity_rps == 8.0 and always.failing_rps == math.inf
     assert [r for r, _ in always.probes] == [1.0, 2.0, 4.0, 8.0]
