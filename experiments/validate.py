@@ -148,6 +148,7 @@ def validate_policy(entry: PolicyEntry, trace: pd.DataFrame, executor: Any, cali
     """Replay one policy on the engine and simulate it with each calibrated model."""
     from real.compare import (abs_rel_stats, metric_errors, same_shape_pairs,
                               step_errors_by_order)
+    from real.host_pace import host_pace
     from real.replay import replay
     from policies.simulate import simulate
     from sim.calibrated import load_calibrated_executor
@@ -175,6 +176,9 @@ def validate_policy(entry: PolicyEntry, trace: pd.DataFrame, executor: Any, cali
         res["metrics"] += [{**key, **row} for row in metric_errors(real.summary, sim.summary)]
         pairs, meas_it, pred_it = same_shape_pairs(step_log, sim_ex.times, sim_ex.new_shape_s)
         res["pairs"][(entry.label, kind)] = pairs
+        if kind == "engine":
+            res["host_pace"] = {"policy": entry.label, **host_pace(step_log, sim_ex.times,
+                                                                   sim_ex.new_shape_s)}
         res["steps"] += [
             {**key, "match": "order", **step_errors_by_order(real.steps, sim.steps)},
             {**key, "match": "same_shape_step",
@@ -218,7 +222,7 @@ def run_validation(cfg: ExperimentConfig, opts: ValidateOptions, out: Path,
     executor = build_executors(dataclasses.replace(cfg.cluster, backend="real"))[0]
     executor.step_log = []  # keep every step the engine runs, with its measured times
     cal = Path(calibration or opts.calibration or calibrate_engine(executor, opts, out))
-    metrics, steps, pairs, records, failures = [], [], {}, {}, {}
+    metrics, steps, pairs, records, failures, paces = [], [], {}, {}, {}, []
     for entry in policy_entries(cfg, opts):
         try:
             res = validate_policy(entry, trace, executor, cal, opts, cfg.seeds[0], out)
@@ -230,6 +234,7 @@ def run_validation(cfg: ExperimentConfig, opts: ValidateOptions, out: Path,
         steps += res["steps"]
         pairs.update(res["pairs"])
         records.update(res["records"])
+        paces += [res["host_pace"]] if "host_pace" in res else []
     pd.DataFrame(metrics).to_csv(out / "metric_errors.csv", index=False)
     pd.DataFrame(steps).to_csv(out / "step_errors.csv", index=False)
     if pairs:
@@ -243,7 +248,7 @@ def run_validation(cfg: ExperimentConfig, opts: ValidateOptions, out: Path,
                "block_size": executor.block_size, "num_requests": len(trace),
                "calibration": str(cal),
                "fit": read_json_object(cal, "--calibration", "calibration").get("fit"),
-               "metrics": metrics, "steps": steps, "failures": failures,
+               "metrics": metrics, "steps": steps, "failures": failures, "host_pace": paces,
                "wall_s": time.perf_counter() - start}
     write_json(out / "validation.json", summary)
     return summary
@@ -263,7 +268,23 @@ def format_report(summary: dict[str, Any]) -> str:
         cols = ["policy", "kind", "match", "n", "median_abs_rel_err", "p90_abs_rel_err"]
         lines += ["step-time absolute relative error:",
                   steps[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}")]
+    lines += pace_lines(summary.get("host_pace", []))
     return "\n".join(lines)
+
+
+def pace_lines(paces: Sequence[dict[str, Any]]) -> list[str]:
+    """Measured / modelled time of eager and graph iterations per policy, with drift notes."""
+    from real.host_pace import drift_note
+
+    lines = ["host pace, measured / engine model (median [p10, p90]):"] if paces else []
+    for p in paces:
+        cells = [f"{k} {p[k]['median']:.2f} [{p[k]['p10']:.2f}, {p[k]['p90']:.2f}] "
+                 f"n={p[k]['n']}" for k in ("eager", "graph") if p[k].get("n")]
+        lines.append(f"  {p['policy']}: " + "; ".join(cells))
+        note = drift_note(p)
+        if note:
+            lines.append(f"  {p['policy']}: {note}")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -85,7 +85,8 @@ def validation_rows(summary: dict[str, Any] | None) -> dict[str, Any]:
                          <= TARGETS["same_shape_step_median"])
     return {"num_requests": summary.get("num_requests"), "engine": summary.get("engine"),
             "attention_backend": summary.get("attention_backend"), "rows": rows,
-            "failures": summary.get("failures", {})}
+            "failures": summary.get("failures", {}),
+            "host_pace": summary.get("host_pace", [])}
 
 
 def build_report(out: Path) -> dict[str, Any]:
@@ -149,12 +150,33 @@ def format_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {key} | {_pct(r.get('mean_ttft_s'))} | {_pct(r.get('mean_tpot_s'))} | "
                      f"{_pct(r.get('mean_e2e_s'))} | "
                      f"{r.get('same_shape_step_median', float('nan')):.1%} |")
+    lines += pace_markdown(val.get("host_pace") or [])
     held = report.get("held_out") or {}
     lines += ["", "## Engine model refitted on the replays (held-out steps)", ""]
     lines += [f"- {run}: median {s['median_abs_rel_err']:.1%}, p90 {s['p90_abs_rel_err']:.1%} "
               f"({s['n']} steps)" for run, s in held.items() if isinstance(s, dict) and s.get("n")]
     lines += ["", "## Phases", ""] + [f"- {' '.join(p)}" for p in report["phases"]]
     return "\n".join(lines) + "\n"
+
+
+def pace_markdown(paces: list[dict[str, Any]]) -> list[str]:
+    """The host-pace table (real/host_pace.py) and a drift note per policy that has one."""
+    from real.host_pace import drift_note
+
+    if not paces:
+        return []
+    lines = ["", "## Host pace (measured / engine model, median [p10, p90])", "",
+             "| policy | eager iterations | CUDA-graph iterations |", "|---|---|---|"]
+
+    def cell(s: dict[str, Any]) -> str:
+        return (f"{s['median']:.2f} [{s['p10']:.2f}, {s['p90']:.2f}] ({s['n']})"
+                if s.get("n") else "-")
+
+    for p in paces:
+        lines.append(f"| {p['policy']} | {cell(p.get('eager', {}))} | "
+                     f"{cell(p.get('graph', {}))} |")
+    notes = [f"- {p['policy']}: {drift_note(p)}" for p in paces if drift_note(p)]
+    return lines + ([""] + notes if notes else [])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -113,6 +113,12 @@ class TorchExecutor:
         """Whether decode iterations replay captured CUDA graphs."""
         return self.runner.graphs is not None
 
+    @property
+    def max_graph_batch(self) -> int:
+        """The largest decode batch replayed from a CUDA graph (0 without graphs)."""
+        graphs = self.runner.graphs
+        return int(graphs.buckets[-1]) if graphs is not None else 0
+
     # ---- Executor interface ---------------------------------------------------------------
     @property
     def kv_capacity_tokens(self) -> int:

@@ -27,12 +27,13 @@ from sim.step_shape import shape_from_sums
 
 # fitted fields, the optimizer's variable for each, and its bounds
 HOST_MS = ("iteration_host_s", "per_seq_host_s", "per_chunk_host_s", "step_host_s",
-           "sync_host_s", "new_shape_s", "device_floor_s")  # fitted in milliseconds
+           "sync_host_s", "new_shape_s", "eager_host_s", "mixed_host_s",
+           "device_floor_s")  # fitted in milliseconds
 EFFICIENCIES = ("weight_efficiency", "compute_efficiency", "attention_efficiency",
                 "kv_efficiency")  # fitted as log10
-FIELDS = HOST_MS + EFFICIENCIES + ("overlap",)
-LOWER = np.array([0.0] * len(HOST_MS) + [-3.0] * len(EFFICIENCIES) + [1.0])
-UPPER = np.array([1e3] * len(HOST_MS) + [0.0] * len(EFFICIENCIES) + [32.0])
+FIELDS = HOST_MS + EFFICIENCIES + ("overlap", "kv_programs")
+LOWER = np.array([0.0] * len(HOST_MS) + [-3.0] * len(EFFICIENCIES) + [1.0, 0.0])
+UPPER = np.array([1e3] * len(HOST_MS) + [0.0] * len(EFFICIENCIES) + [32.0, 8192.0])
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,16 @@ def profile_features(profile: pd.DataFrame) -> IterationFeatures:
     if "decode_kv" in cols:  # recorded by newer profiles
         kv_paged = cols["decode_kv"]
     t = cols["num_tokens"]
+    num_decode = cols["num_seqs"] - cols["num_prefill_seqs"]
+    longest = np.divide(cols["decode_padded_kv"], num_decode, out=np.zeros(len(profile)),
+                        where=num_decode > 0)
     return IterationFeatures(
         num_tokens=t, num_seqs=cols["num_seqs"], num_sampled=cols["num_sampled"],
         num_prefill=cols["num_prefill_seqs"],
         pairs=cols["sum_new_x_context"] + (cols["sum_new_squared"] + t) / 2.0,
         kv_paged=kv_paged, kv_padded=cols["decode_padded_kv"], first=cols["first_iteration"],
-        synced=cols["synced"] if "synced" in cols else np.zeros(len(profile)))
+        synced=cols["synced"] if "synced" in cols else np.zeros(len(profile)),
+        kv_longest=longest)
 
 
 def _concat(parts: Sequence[IterationFeatures]) -> IterationFeatures:
@@ -126,8 +131,13 @@ def _starts(base: EngineTimeParams, floor_ms: float, shapes: bool) -> list[np.nd
     out = []
     for overlap in (2.0, 8.0):
         for eff in (-0.1, -0.6):
-            x = np.array([floor_ms * 0.5, 0.0, 0.0, 0.0, 0.0, 40.0 if shapes else 0.0, 0.0,
-                          eff, eff - 0.2, eff - 0.5, eff - 0.2, overlap])
+            start = dict.fromkeys(FIELDS, 0.0)
+            start.update(iteration_host_s=floor_ms * 0.5, new_shape_s=40.0 if shapes else 0.0,
+                         eager_host_s=floor_ms if base.max_graph_batch > 0 else 0.0,
+                         weight_efficiency=eff, compute_efficiency=eff - 0.2,
+                         attention_efficiency=eff - 0.5, kv_efficiency=eff - 0.2,
+                         overlap=overlap, kv_programs=2.0 * base.decode_split_sms)
+            x = np.array([start[name] for name in FIELDS])
             out.append(np.clip(x, LOWER + 1e-9, UPPER - 1e-9))
     return out
 
@@ -144,6 +154,10 @@ def fit_engine(data: FitData, work: EngineWork, base: EngineTimeParams
         upper[FIELDS.index("new_shape_s")] = 1e-9
     if not np.any(data.features.synced):  # nor the gap after a waited-for iteration
         upper[FIELDS.index("sync_host_s")] = 1e-9
+    if base.max_graph_batch <= 0:  # no graph replays: launches are all in iteration_host_s
+        upper[FIELDS.index("eager_host_s")] = 1e-9
+    if base.decode_split_sms <= 0:  # no split-KV plan: decode KV is streamed as a whole
+        upper[FIELDS.index("kv_programs")] = 1e-9
     log_measured = np.log(data.measured)
 
     def residuals(x: np.ndarray) -> np.ndarray:

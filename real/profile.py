@@ -215,6 +215,8 @@ def profile_meta(executor: TorchExecutor) -> dict[str, Any]:
             "attention_backend": executor.attention_backend,
             "kv_capacity_tokens": executor.kv_capacity_tokens,
             "block_size": executor.block_size, "torch": torch.__version__,
+            "cuda_graphs": executor.cuda_graphs, "max_graph_batch": executor.max_graph_batch,
+            "num_sms": int(getattr(executor.backend, "num_sms", 0)),
             "device_name": torch.cuda.get_device_name(executor.device)
             if executor.device.type == "cuda" else "cpu",
             "num_threads": torch.get_num_threads()}

@@ -2,8 +2,10 @@
 # The GPU check (docs/validation.md): on one CUDA GPU, run the GPU tests, the engine benchmark,
 # the profile, the calibration, the validation of vanilla / orca / vllm / sarathi on 150 Azure
 # conv requests, a calibration refitted on the replays' steps, and write one report
-# (OUT/report.md, OUT/report.json) with issue 24's targets marked met or not. About 6-8 minutes
-# on an H100. Every phase runs even if an earlier one failed; each writes OUT/<phase>.log.
+# (OUT/report.md, OUT/report.json) with issue 24's targets marked met or not, and each replay's
+# host pace (eager vs CUDA-graph steps against the model). About 5 minutes on an H200; longer
+# when the machine's CPU is slow (the eager phases run at its pace). Every phase runs even if an
+# earlier one failed; each writes OUT/<phase>.log.
 #
 #   bash scripts/gpu_check.sh [OUT]          # default OUT: results/gpu_check
 #

@@ -5,7 +5,16 @@ An engine iteration is two streams of work. The host prepares inputs and launche
 Step); the device streams the weights or computes the dense matmuls, whichever takes longer,
 then attention (prefill FLOPs over each query's keys, decode KV bytes) and a floor of fixed
 kernel latencies (`device`). An eager engine launch-bound at small batches runs at the host's
-pace, a CUDA-graph engine at the device's; the iteration takes the smooth maximum
+pace, a CUDA-graph engine at the device's. A CUDA-graph engine replays its decode-only
+iterations of up to `max_graph_batch` rows from graphs and launches every other iteration (any
+prefill chunk, or a larger batch) kernel by kernel: those pay `eager_host_s` more host work, so a
+small mixed step runs at the eager launch pace while a decode beside it does not; an iteration
+holding both prefill chunks and decode rows launches both attention kernels (and the copy that
+merges them) in every layer, `mixed_host_s` more. Decode attention streams the rows' KV at
+`kv_efficiency` of HBM bandwidth when the split-KV kernel fills the GPU; with few rows each
+program streams at a share of it, `kv_programs` programs together reaching that rate, and the
+iteration waits for the busiest program: the longest row's split (`sim/split_kv.py`, the plan
+the paged kernel launches, for a GPU of `decode_split_sms` SMs). The iteration takes the smooth maximum
 `(host**p + device**p) ** (1 / p)`, with `p` fitted (`overlap`: 1 is host and device in series,
 a large p is full overlap). When the host waits for an iteration's end (a Step that may stop at
 an arrival reads the clock after each iteration), the device idles while the host prepares the
@@ -28,6 +37,7 @@ from sim.errors import ConfigError, check_positive
 from sim.executor import Step
 from sim.hardware import GPUSpec
 from sim.models import ModelSpec
+from sim.split_kv import longest_split_tokens
 
 DECODE_KV_MODES = ("paged", "padded")
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -43,6 +53,12 @@ class EngineTimeParams:
     step_host_s: float = 0.0  # seconds of host work once per Step (in its first iteration)
     sync_host_s: float = 0.0  # seconds the device idles after an iteration the host waits for
     new_shape_s: float = 0.0  # seconds the first run of an attention shape costs (plans)
+    eager_host_s: float = 0.0  # seconds of host work (kernel launches) an iteration launched
+    # eagerly adds over a CUDA-graph replay (only where max_graph_batch > 0)
+    kv_programs: float = 0.0  # decode-attention programs that together stream KV at
+    # kv_efficiency of HBM bandwidth (0: the longest row is not modelled)
+    mixed_host_s: float = 0.0  # seconds of host work an iteration with both prefill chunks and
+    # decode rows adds (the second attention kernel's launches in every layer)
     weight_efficiency: float = 0.85  # fraction of HBM bandwidth streaming the weights reaches
     compute_efficiency: float = 0.6  # fraction of peak tensor FLOP/s the dense matmuls reach
     attention_efficiency: float = 0.3  # fraction of peak tensor FLOP/s prefill attention reaches
@@ -52,6 +68,9 @@ class EngineTimeParams:
     decode_kv: str = "paged"  # paged: a decode row reads its own KV; padded: every decode row
     # reads the batch's longest KV (a padded decode batch, as the sdpa backend runs it)
     shape_granularity: int = 0  # tokens attention shapes are padded to (0: no per-shape cost)
+    decode_split_sms: int = 0  # SMs the split-KV decode kernel plans its splits for (0: none)
+    max_graph_batch: int = 0  # decode-only iterations of up to this many rows replay a CUDA
+    # graph (0: the engine has none, every iteration is launched eagerly)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -59,7 +78,8 @@ class EngineTimeParams:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f.name, value, "must be finite")
         for name in ("iteration_host_s", "per_seq_host_s", "per_chunk_host_s", "step_host_s",
-                     "sync_host_s", "new_shape_s", "device_floor_s"):
+                     "sync_host_s", "new_shape_s", "eager_host_s", "mixed_host_s",
+                     "device_floor_s"):
             check_positive(name, getattr(self, name), allow_zero=True)
         for name in ("weight_efficiency", "compute_efficiency", "attention_efficiency",
                      "kv_efficiency"):
@@ -71,6 +91,9 @@ class EngineTimeParams:
         if self.decode_kv not in DECODE_KV_MODES:
             raise ConfigError("decode_kv", self.decode_kv, f"one of {', '.join(DECODE_KV_MODES)}")
         check_positive("shape_granularity", self.shape_granularity, allow_zero=True)
+        check_positive("max_graph_batch", self.max_graph_batch, allow_zero=True)
+        check_positive("decode_split_sms", self.decode_split_sms, allow_zero=True)
+        check_positive("kv_programs", self.kv_programs, allow_zero=True)
 
 
 @dataclass(frozen=True)
@@ -84,6 +107,8 @@ class EngineWork:
     kv_bytes_per_token: float  # bytes of K and V per cached token over all layers
     hbm_bandwidth: float  # bytes/s
     peak_flops: float  # tensor FLOP/s
+    num_kv_heads: int = 1  # KV heads per layer on the GPU (decode programs per row and split)
+    max_seq_len: int = 4096  # tokens: the longest context the decode kernel plans splits for
 
     @classmethod
     def of(cls, model: ModelSpec, gpu: GPUSpec, dtype: str) -> "EngineWork":
@@ -98,7 +123,8 @@ class EngineWork:
                    * model.head_dim,
                    kv_bytes_per_token=float(2 * model.num_layers * model.num_kv_heads
                                             * model.head_dim * elem),
-                   hbm_bandwidth=gpu.hbm_bandwidth, peak_flops=gpu.peak_tensor_flops)
+                   hbm_bandwidth=gpu.hbm_bandwidth, peak_flops=gpu.peak_tensor_flops,
+                   num_kv_heads=model.num_kv_heads, max_seq_len=model.max_position_embeddings)
 
 
 @dataclass(frozen=True)
@@ -114,6 +140,7 @@ class IterationFeatures:
     kv_padded: np.ndarray  # decode rows x the longest decode row's KV
     first: np.ndarray  # 1.0 for a Step's first iteration
     synced: np.ndarray  # 1.0 where the host waits for the iteration's end (watched Steps)
+    kv_longest: np.ndarray  # KV tokens of the longest decode row
 
 
 def step_iteration_features(step: Step, num_iterations: int, synced: bool = False
@@ -145,7 +172,8 @@ def step_iteration_features(step: Step, num_iterations: int, synced: bool = Fals
         pairs=column(float((n * c).sum() + (n * (n + 1)).sum() / 2), total_kv + later * b),
         kv_paged=column(float(kv[dec].sum()), total_kv + later * b),
         kv_padded=column(float(dec.sum()) * dec_max, b * (top + later)),
-        first=column(1.0, 0.0), synced=np.full(k, 1.0 if synced else 0.0))
+        first=column(1.0, 0.0), synced=np.full(k, 1.0 if synced else 0.0),
+        kv_longest=column(dec_max, top + later))
 
 
 class EngineTimeModel:
@@ -163,15 +191,32 @@ class EngineTimeModel:
         dense = ((w.flops_per_token * f.num_tokens + w.flops_per_sample * f.num_sampled)
                  / (w.peak_flops * p.compute_efficiency))
         kv = f.kv_padded if p.decode_kv == "padded" else f.kv_paged
+        if p.decode_split_sms > 0 and p.kv_programs > 0.0:
+            split = longest_split_tokens(f.kv_longest, f.num_seqs - f.num_prefill,
+                                         w.num_kv_heads, w.max_seq_len, p.decode_split_sms)
+            kv = np.maximum(kv, split * (p.kv_programs / w.num_kv_heads))
         attention = (w.flops_per_pair * f.pairs / (w.peak_flops * p.attention_efficiency)
                      + w.kv_bytes_per_token * kv / (w.hbm_bandwidth * p.kv_efficiency))
         return np.maximum(stream, dense) + attention + p.device_floor_s
 
+    def eager(self, f: IterationFeatures) -> np.ndarray:
+        """1.0 for iterations launched kernel by kernel, 0.0 for CUDA-graph replays."""
+        limit = self.params.max_graph_batch
+        if limit <= 0:
+            return np.ones_like(f.num_seqs)
+        return ((f.num_prefill > 0) | (f.num_seqs > limit)).astype(np.float64)
+
     def host_s(self, f: IterationFeatures) -> np.ndarray:
         p = self.params
-        return (p.iteration_host_s + p.per_seq_host_s * f.num_seqs
+        host = (p.iteration_host_s + p.per_seq_host_s * f.num_seqs
                 + p.per_chunk_host_s * np.maximum(f.num_prefill - 1.0, 0.0)
                 + p.step_host_s * f.first)
+        if p.max_graph_batch > 0 and p.eager_host_s > 0.0:
+            host = host + p.eager_host_s * self.eager(f)
+        if p.mixed_host_s > 0.0:
+            mixed = (f.num_prefill > 0) & (f.num_seqs > f.num_prefill)
+            host = host + p.mixed_host_s * mixed
+        return host
 
     def times(self, f: IterationFeatures) -> np.ndarray:
         """Seconds of each iteration (without first-run shape costs)."""

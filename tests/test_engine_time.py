@@ -54,6 +54,7 @@ def test_features_of_a_multi_iteration_step_equal_its_iterations_run_one_by_one(
         assert f.kv_paged[j] == kv[dec].sum()
         assert f.kv_padded[j] == dec.sum() * (kv[dec].max() if dec.any() else 0)
         assert f.first[j] == (j == 0)
+        assert f.kv_longest[j] == (kv[dec].max() if dec.any() else 0)
 
 
 @settings(max_examples=60, deadline=None)
@@ -133,3 +134,55 @@ def test_warmup_shapes_are_known_before_the_first_request():
     warm = warmup_step(100_000, 2)
     assert cache.new_per_iteration(warm, 2).sum() == 0
     assert ShapeCache(0).new_per_iteration(warm, 2).sum() == 0  # plan-free engines
+
+
+GRAPHS = EngineTimeParams(iteration_host_s=1e-3, eager_host_s=9e-3, mixed_host_s=3e-3,
+                          weight_efficiency=0.8, kv_efficiency=0.8, overlap=6.0,
+                          max_graph_batch=256)
+
+
+def one_iteration_s(params: EngineTimeParams, new: tuple[int, ...], ctx: tuple[int, ...]
+                    ) -> float:
+    step = Step(0, tuple(range(len(new))), new, ctx, (True,) * len(new))
+    return float(EngineTimeModel(params, WORK).iteration_times(step, 1)[0])
+
+
+def test_graph_replays_skip_the_eager_launches_that_prefill_and_big_batches_pay():
+    model = EngineTimeModel(GRAPHS, WORK)
+    f = step_iteration_features(Step(0, (0, 1), (1, 1), (100, 200), (True, True)), 3)
+    assert np.all(model.eager(f) == 0)
+    assert np.all(model.host_s(f) == pytest.approx(1e-3 + 0.0 * f.num_seqs, abs=1e-12))
+    mixed = step_iteration_features(Step(0, (0, 1), (1, 40), (100, 0), (True, True)), 3)
+    assert list(model.eager(mixed)) == [1.0, 0.0, 0.0]  # later iterations decode: replayed
+    assert model.host_s(mixed)[0] == pytest.approx(1e-3 + 9e-3 + 3e-3)
+    big = step_iteration_features(Step(0, tuple(range(300)), (1,) * 300, (10,) * 300,
+                                       (True,) * 300), 1)
+    assert model.eager(big)[0] == 1.0 and model.host_s(big)[0] == pytest.approx(1e-2)
+    no_graphs = dataclasses.replace(GRAPHS, max_graph_batch=0)
+    assert one_iteration_s(no_graphs, (1,), (100,)) == one_iteration_s(
+        dataclasses.replace(no_graphs, eager_host_s=0.0), (1,), (100,))
+
+
+def test_only_an_iteration_with_prefill_and_decode_rows_pays_the_mixed_launches():
+    prefill = one_iteration_s(GRAPHS, (40, 40), (0, 0))
+    both = one_iteration_s(GRAPHS, (40, 1), (0, 39))
+    unmixed = dataclasses.replace(GRAPHS, mixed_host_s=0.0)
+    assert prefill == one_iteration_s(unmixed, (40, 40), (0, 0))
+    assert both > one_iteration_s(unmixed, (40, 1), (0, 39))
+
+
+def test_split_plan_is_the_kernels_and_a_lopsided_decode_batch_waits_for_its_longest_row():
+    from real.kernels.schedule import choose_num_splits
+    from sim.split_kv import longest_split_tokens, num_splits_of
+
+    rows = np.arange(0, 400)
+    assert list(num_splits_of(rows, 8, 8192, 132)) == [
+        choose_num_splits(int(b), 8, 8192, 132) for b in rows]
+    assert longest_split_tokens(np.array([4000.0]), np.array([1]), 32, 4096, 132)[0] == 500
+    split = dataclasses.replace(GRAPHS, decode_split_sms=132, kv_programs=264.0)
+    even = one_iteration_s(split, (1,) * 6, (2000,) * 6)
+    lopsided = one_iteration_s(split, (1,) * 6, (9000,) + (600,) * 5)  # same total KV
+    assert lopsided > even
+    assert one_iteration_s(dataclasses.replace(split, kv_programs=0.0), (1,) * 6,
+                           (9000,) + (600,) * 5) == pytest.approx(
+        one_iteration_s(dataclasses.replace(split, kv_programs=0.0), (1,) * 6, (2000,) * 6))

@@ -43,6 +43,8 @@ def grid_profile(params: EngineTimeParams) -> pd.DataFrame:
               for b in (1, 8, 64, 256) for c in (128, 2048)]
     steps += [Step(0, tuple(range(b + 1)), (1,) * b + (p,), (512,) * b + (0,), (True,) * (b + 1))
               for b in (4, 32) for p in (64, 512)]
+    steps += [Step(0, tuple(range(b)), (1,) * b, (c,) + (64,) * (b - 1), (True,) * b)
+              for b in (2, 6, 16) for c in (1024, 8192)]  # one long row among short ones
     model = EngineTimeModel(params, WORK)
     frame = pd.DataFrame([dict(zip(FEATURES, step_features(s)[0])) for s in steps])
     frame["seconds"] = [model.iteration_times(s, 1)[0] for s in steps]
@@ -81,6 +83,26 @@ def test_fit_recovers_a_known_engine_and_predicts_steps_it_never_saw():
     assert np.median(np.abs(held[replay] / data.measured[replay] - 1)) < 0.02
 
 
+GRAPH_ENGINE = EngineTimeParams(iteration_host_s=0.002, per_seq_host_s=1e-5, step_host_s=1e-3,
+                                eager_host_s=0.009, mixed_host_s=0.0035, weight_efficiency=0.75,
+                                compute_efficiency=0.6, attention_efficiency=0.3,
+                                kv_efficiency=0.8, kv_programs=340.0, overlap=6.0,
+                                decode_kv="paged", decode_split_sms=132, max_graph_batch=256)
+
+
+def test_fit_recovers_a_cuda_graph_engine_with_split_kv_decodes():
+    """Graph replays, eager launches, mixed steps and the longest decode row are each
+    identified: steps the fit never saw are predicted within 2%."""
+    base = structural_params({"attention_backend": "paged", "device": "cuda:0",
+                              "cuda_graphs": True, "max_graph_batch": 256, "num_sms": 132})
+    data = fit_data(grid_profile(GRAPH_ENGINE), replay_samples(GRAPH_ENGINE, 60, seed=1))
+    fitted = fit_engine(data, WORK, base)
+    unseen = fit_data(None, replay_samples(GRAPH_ENGINE, 40, seed=2))
+    err = np.abs(predict(fitted, WORK, unseen) / unseen.measured - 1)
+    assert np.median(err) < 0.01 and err.max() < 0.05
+    assert fitted.eager_host_s == pytest.approx(GRAPH_ENGINE.eager_host_s, rel=0.2)
+
+
 def test_without_first_runs_the_shape_cost_is_not_invented():
     data = fit_data(grid_profile(TRUE), [])
     assert fit_engine(data, WORK, structural_params({"attention_backend": "sdpa",
@@ -94,6 +116,16 @@ def test_without_first_runs_the_shape_cost_is_not_invented():
 def test_structure_follows_the_profiled_backend(meta, decode_kv, granularity):
     params = structural_params(meta)
     assert (params.decode_kv, params.shape_granularity) == (decode_kv, granularity)
+    assert (params.max_graph_batch, params.decode_split_sms) == (0, 0)  # not recorded: none
+
+
+def test_graphs_and_the_split_plan_follow_the_profiled_engine():
+    meta = {"attention_backend": "paged", "device": "cuda:0", "cuda_graphs": True,
+            "max_graph_batch": 128, "num_sms": 132}
+    assert (structural_params(meta).max_graph_batch,
+            structural_params(meta).decode_split_sms) == (128, 132)
+    eager = structural_params({**meta, "cuda_graphs": False, "attention_backend": "sdpa"})
+    assert (eager.max_graph_batch, eager.decode_split_sms) == (0, 0)
 
 
 class LoggingExecutor(CalibratedExecutor):

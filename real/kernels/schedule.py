@@ -9,32 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-MIN_TOKENS_PER_SPLIT = 256  # keys: below this a split's fixed cost (q load, partials) dominates
-MAX_SPLITS = 64  # splits per (row, kv head): bounds the fp32 workspace and the reduce's tile
-PROGRAMS_PER_SM = 2  # decode programs per SM that keep enough loads in flight to stream HBM
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def choose_num_splits(batch_size: int, num_kv_heads: int, max_seq_len: int, num_sms: int) -> int:
-    """KV splits per (row, kv head) for split-KV decode attention.
-
-    One program per (row, kv head, split). When batch_size * num_kv_heads already reaches the SM
-    count the grid fills the GPU and splitting only adds a reduce: 1. Otherwise split each row's
-    keys so that about PROGRAMS_PER_SM programs run per SM, keeping at least
-    MIN_TOKENS_PER_SPLIT keys (of `max_seq_len`, the longest context the launch must serve) per
-    split and at most MAX_SPLITS splits. The count is rounded down to a power of two: it is a
-    compile-time constant of the kernel, so few values mean few compiles, all done at warm-up.
-    """
-    programs = max(batch_size * num_kv_heads, 1)
-    if programs >= num_sms:
-        return 1
-    wanted = _cdiv(PROGRAMS_PER_SM * num_sms, programs)
-    by_length = max(max_seq_len // MIN_TOKENS_PER_SPLIT, 1)
-    splits = max(1, min(wanted, by_length, MAX_SPLITS))
-    return 1 << (splits.bit_length() - 1)
+from sim.split_kv import (MAX_SPLITS, MIN_TOKENS_PER_SPLIT, PROGRAMS_PER_SM,  # noqa: F401
+                          choose_num_splits)
 
 
 def prefill_block_m(head_dim: int, elem_bytes: int) -> int:
