@@ -37,7 +37,9 @@ import pandas as pd
 from experiments.config import ExperimentConfig, PolicyEntry, experiment_from_dict
 from experiments.config_checks import build, mapping
 from experiments.outdir import ResultsWriteError, writing
-from experiments.report import write_json, write_run
+from experiments.report import write_run
+from experiments.validate_compare import (Collected, EngineInfo, RealReplay, compare_replay,
+                                          write_validation)
 from experiments.config_load import load_yaml_file
 from experiments.run import apply_overrides
 from experiments.workload import build_workload, load_base_trace
@@ -146,14 +148,8 @@ def calibrate_engine(executor: Any, opts: ValidateOptions, out: Path) -> Path:
 def validate_policy(entry: PolicyEntry, trace: pd.DataFrame, executor: Any, calibration: Path,
                     opts: ValidateOptions, seed: int, out: Path) -> dict[str, Any]:
     """Replay one policy on the engine and simulate it with each calibrated model."""
-    from real.compare import (abs_rel_stats, metric_errors, same_shape_pairs,
-                              step_errors_by_order)
-    from real.host_pace import host_pace
     from real.replay import replay
-    from policies.simulate import simulate
-    from sim.calibrated import load_calibrated_executor
 
-    res: dict[str, Any] = {"metrics": [], "steps": [], "pairs": {}, "records": {}}
     seen = tuple(executor.shapes.seen)  # shapes the engine had planned before this replay
     start = time.perf_counter()
     real = replay(trace, entry.name, entry.params, [executor], seed=seed)
@@ -163,29 +159,16 @@ def validate_policy(entry: PolicyEntry, trace: pd.DataFrame, executor: Any, cali
     write_run(run_dir, real, {"policy": entry.name, "params": entry.params,
                               "engine": executor.name}, {"wall_s": wall})
     write_engine_steps(run_dir, step_log)
-    res["records"][(entry.label, "real")] = real.records
-    for kind in opts.kinds:
-        sim_ex = load_calibrated_executor(calibration, kind, executor.kv_capacity_tokens,
-                                          executor.block_size, seen_shapes=seen)
-        sim = simulate(trace, entry.name, entry.params, [sim_ex], seed=seed,
-                       max_model_len=executor.max_model_len)  # the engine's own limit
-        write_run(out / "runs" / f"{entry.label}__{kind}", sim, {"policy": entry.name,
-                  "params": entry.params, "calibration": str(calibration), "kind": kind})
-        res["records"][(entry.label, kind)] = sim.records
-        key = {"policy": entry.label, "kind": kind}
-        res["metrics"] += [{**key, **row} for row in metric_errors(real.summary, sim.summary)]
-        pairs, meas_it, pred_it = same_shape_pairs(step_log, sim_ex.times, sim_ex.new_shape_s)
-        res["pairs"][(entry.label, kind)] = pairs
-        if kind == "engine":
-            res["host_pace"] = {"policy": entry.label, **host_pace(step_log, sim_ex.times,
-                                                                   sim_ex.new_shape_s)}
-        res["steps"] += [
-            {**key, "match": "order", **step_errors_by_order(real.steps, sim.steps)},
-            {**key, "match": "same_shape_step",
-             **abs_rel_stats(pairs["predicted_s"].to_numpy(), pairs["measured_s"].to_numpy())},
-            {**key, "match": "same_shape_iteration", **abs_rel_stats(pred_it, meas_it)}]
-    res["real_wall_s"] = wall
-    return res
+    measured = RealReplay(entry.label, entry.name, entry.params, real.summary, real.records,
+                          real.steps, step_log, seen, wall)
+    return compare_replay(measured, trace, engine_info(executor), calibration, opts.kinds,
+                          seed, out)
+
+
+def engine_info(executor: Any) -> EngineInfo:
+    """The real executor's description, capacity and limits."""
+    return EngineInfo(executor.name, executor.attention_backend, executor.kv_capacity_tokens,
+                      executor.block_size, executor.max_model_len)
 
 
 def write_engine_steps(run_dir: Path, step_log: Sequence[Any]) -> None:
@@ -213,7 +196,6 @@ def run_validation(cfg: ExperimentConfig, opts: ValidateOptions, out: Path,
                    calibration: str | None = None) -> dict[str, Any]:
     """The whole validation; writes OUT and returns what validation.json holds."""
     from experiments.executors import build_executors
-    from real.plots import latency_cdfs, step_scatter
 
     start = time.perf_counter()
     check_calibration(calibration, opts)
@@ -222,36 +204,14 @@ def run_validation(cfg: ExperimentConfig, opts: ValidateOptions, out: Path,
     executor = build_executors(dataclasses.replace(cfg.cluster, backend="real"))[0]
     executor.step_log = []  # keep every step the engine runs, with its measured times
     cal = Path(calibration or opts.calibration or calibrate_engine(executor, opts, out))
-    metrics, steps, pairs, records, failures, paces = [], [], {}, {}, {}, []
+    got = Collected()
     for entry in policy_entries(cfg, opts):
         try:
-            res = validate_policy(entry, trace, executor, cal, opts, cfg.seeds[0], out)
+            got.add(validate_policy(entry, trace, executor, cal, opts, cfg.seeds[0], out))
         except Exception as exc:  # one policy failing must not lose the others' results
-            failures[entry.label] = f"{type(exc).__name__}: {exc}"
-            print(f"{entry.label}: failed: {failures[entry.label]}", file=sys.stderr)
-            continue
-        metrics += res["metrics"]
-        steps += res["steps"]
-        pairs.update(res["pairs"])
-        records.update(res["records"])
-        paces += [res["host_pace"]] if "host_pace" in res else []
-    pd.DataFrame(metrics).to_csv(out / "metric_errors.csv", index=False)
-    pd.DataFrame(steps).to_csv(out / "step_errors.csv", index=False)
-    if pairs:
-        step_scatter(pairs, out / "step_scatter.png")
-        latency_cdfs(records, out / "latency_cdf.png")
-    from sim.jsonfile import read_json_object
-
-    summary = {"name": cfg.name, "engine": executor.name,
-               "attention_backend": executor.attention_backend,
-               "kv_capacity_tokens": executor.kv_capacity_tokens,
-               "block_size": executor.block_size, "num_requests": len(trace),
-               "calibration": str(cal),
-               "fit": read_json_object(cal, "--calibration", "calibration").get("fit"),
-               "metrics": metrics, "steps": steps, "failures": failures, "host_pace": paces,
-               "wall_s": time.perf_counter() - start}
-    write_json(out / "validation.json", summary)
-    return summary
+            got.failures[entry.label] = f"{type(exc).__name__}: {exc}"
+            print(f"{entry.label}: failed: {got.failures[entry.label]}", file=sys.stderr)
+    return write_validation(cfg.name, engine_info(executor), len(trace), cal, got, out, start)
 
 
 def format_report(summary: dict[str, Any]) -> str:

@@ -83,6 +83,27 @@ def test_profile_calibrate_validate_on_cpu(tmp_path, capsys):
     held = json.loads(refit.read_text())["engine"]["fit"]["held_out"]
     assert held["orca__real"]["n"] > 0 and math.isfinite(held["orca__real"]["p90_abs_rel_err"])
     print(report)  # the measured errors, for the log (pytest -s)
+    check_replayed(tmp_path, out, cal, refit, metrics)
+
+
+def check_replayed(tmp_path: Path, out: Path, cal: Path, refit: Path,
+                   metrics: pd.DataFrame) -> None:
+    """The recorded replays re-checked without the engine: the same calibration gives the
+    same errors to the digit, another one runs, another slice is refused by name."""
+    from experiments.validate_replayed import main as replayed
+
+    tiny = ["--set", f"cluster.model={TINY}"]
+    again = tmp_path / "again"
+    assert replayed([str(CONFIG), str(out), "--calibration", str(cal), "--out", str(again),
+                     *tiny]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(again / "metric_errors.csv"), metrics)
+    summary = json.loads((again / "validation.json").read_text())
+    assert summary["replayed_from"] == str(out) and len(summary["host_pace"]) == 2
+    assert replayed([str(CONFIG), str(out), "--calibration", str(refit), "--out",
+                     str(tmp_path / "refit_check"), *tiny,
+                     "--set", "validate.kinds=[roofline, engine]"]) == 0
+    assert replayed([str(CONFIG), str(out), "--calibration", str(cal), "--out",
+                     str(tmp_path / "bad"), *tiny, "--set", "workload.trace.limit=100"]) == 2
 
 
 def test_experiments_run_with_the_real_backend(tmp_path):
