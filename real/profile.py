@@ -49,7 +49,8 @@ SYNC_NEVER_S = 1e9  # seconds: an until_s no step reaches, so the engine syncs e
 class Shape:
     """One profiled step: a label and its (new tokens, context tokens) chunks."""
 
-    kind: str  # prefill | batch_prefill | chunked | decode | decode_synced | mixed | hetero
+    kind: str  # prefill | batch_prefill | chunked | decode | decode_synced | mixed | hetero |
+    # multi_chunk | decode_lopsided
     # | multi_chunk
     chunks: tuple[tuple[int, int], ...]  # (num_new_tokens, num_context_tokens) per request
     synced: bool = False  # the host waits for each iteration's end (as a watched Step does)
@@ -73,6 +74,19 @@ def _scheduler_shapes(quick: bool) -> list[Shape]:
     synced = ((1, 16), (128,)) if quick else ((1, 8, 64), (128, 2048))
     out += [Shape("decode_synced", ((1, c),) * b, synced=True)
             for b, c in itertools.product(*synced)]
+    return out if quick else out + _split_kv_shapes()
+
+
+def _split_kv_shapes() -> list[Shape]:
+    """Decode batches in each split-KV regime of the paged kernel (few rows: several splits
+    per row; a handful: one split, the GPU not filled), even and with one long row among short
+    ones (the iteration waits for the longest split), and a chunk after cached context beside
+    long decodes. The H200 replays showed these shapes mispriced by a grid without them."""
+    out = [Shape("decode", ((1, c),) * b) for b, c in itertools.product((3, 6), (512, 2048))]
+    out += [Shape("decode_lopsided", ((1, top),) + ((1, 64),) * (b - 1))
+            for b, top in itertools.product((2, 3, 6, 12), (1024, 3584))]
+    out += [Shape("mixed", ((1, 1024),) * b + ((512, c),))
+            for b, c in itertools.product((2, 8), (512, 2048))]
     return out
 
 

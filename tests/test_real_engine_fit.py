@@ -194,3 +194,19 @@ def test_shared_h100_replays_are_retimed_within_target_by_a_fit_that_never_saw_t
         assert held[run]["median_abs_rel_err"] <= 0.10, held[run]
         assert held[run]["p90_abs_rel_err"] <= 0.25, held[run]
     assert section["params"]["new_shape_s"] > 0.02  # sdpa's per-shape plans, ~40 ms each
+
+
+def test_the_full_profile_grid_times_every_split_kv_regime_even_and_lopsided():
+    """The fit can only price the longest row's split if the profile timed it: decode batches
+    in every split regime of a 32-KV-head model on 132 SMs, and lopsided ones in several."""
+    from real.profile import profile_grid
+    from sim.split_kv import choose_num_splits
+
+    grid = profile_grid(False, 1 << 20, 4096, 16)
+    decodes = [s for s in grid if all(n == 1 for n, _ in s.chunks)]
+    splits = {choose_num_splits(len(s.chunks), 32, 4096, 132) for s in decodes}
+    assert splits == {1, 2, 4, 8}
+    lopsided = [s for s in decodes if max(c for _, c in s.chunks)
+                >= 8 * min(c for _, c in s.chunks)]
+    assert {choose_num_splits(len(s.chunks), 32, 4096, 132) for s in lopsided} >= {1, 2, 4}
+    assert any(s.kind == "mixed" and any(n > 1 and c > 0 for n, c in s.chunks) for s in grid)
