@@ -123,7 +123,8 @@ def judge(cfg: ExperimentConfig, index: int, slo: SLO | None, res: RunResult,
                "request_goodput": good / window if window > 0 else math.nan,
                "slo_attainment": good / judged if judged else math.nan}
     return {"missed": "; ".join(missed),
-            "steady": bool(steady["steady"]), "steady_reason": steady["steady_reason"],
+            "steady": steady["steady"] == 1.0,  # NaN (undetermined) is not steady
+            "steady_reason": steady["steady_reason"],
             **{k: steady[k] for k in STEADY_KEYS},
             **{k: summary.get(k, math.nan) for k in PROBE_KEYS},
             "all_slo_attainment": all_attainment, **extra}

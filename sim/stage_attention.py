@@ -4,12 +4,15 @@ Prefill (a FlashAttention-2 / FlashInfer-style kernel: query tiles stream the ca
 keys, online softmax) of p chunks of n query tokens, each after c cached tokens, in one kernel:
 
     fixed + max(work + span, kv bytes / (HBM x eff_kv_large))
-    work = 4 heads head_dim p n (c + (n + 1) / 2) / (peak x eff(n))      context + causal part
+    work = 4 heads head_dim p n (c + (n + 1) / 2) / (peak x eff(p n))    context + causal part
     span = key_s x (c + n) x r / (r + split_rows),   r = p n heads       query rows per GPU
 
-`work` is the FLOPs at the kernel's rate; `span` the serial loop of the longest query tile over
-its c + n keys, which the GPU cannot spread: a kernel with few query rows splits that loop across
-idle SMs (split-KV), so the span fades as r falls below split_rows. Decode of b sequences with kv
+`work` is the FLOPs at the kernel's rate, eff(t) = eff t / (t + half) for the kernel's t query
+tokens together (the FlashInfer sets have half 0; the flash_attention set's half was fitted on
+single chunks, and several small chunks fill the GPU as one larger one); `span` the serial loop
+of the longest query tile over its c + n keys, which the GPU cannot spread: a kernel with few
+query rows splits that loop across idle SMs (split-KV), so the span fades as r falls below
+split_rows. Decode of b sequences with kv
 cached tokens each (one work item per sequence and KV head):
 
     max(floor x kv / (kv + floor_half), fixed + item_s x b x kv_heads + kv bytes / (HBM x eff(b)))
@@ -59,7 +62,9 @@ class AttentionTerms:
         n, c, p = chunk_tokens, context_tokens, num_chunks
         if n <= 0 or p <= 0:
             return 0.0
-        work = self._fpp * p * n * (c + (n + 1) * 0.5) * (n + self._half) / n * self._inv_c
+        tokens = p * n  # query tokens of the kernel: they fill the GPU together
+        work = (self._fpp * tokens * (c + (n + 1) * 0.5) * (tokens + self._half) / tokens
+                * self._inv_c)
         if self._key_s:
             rows = p * n * self._heads
             work += self._key_s * (c + n) * rows / (rows + self._split)

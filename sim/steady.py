@@ -103,7 +103,8 @@ def mean_in_system(arrivals: np.ndarray, left: np.ndarray, start: float, end: fl
 
 
 def steady_summary(records: pd.DataFrame, rule: SteadyRule) -> dict[str, Any]:
-    """`steady` (1.0 or 0.0), `steady_reason` ("" when steady), the measured window, the
+    """`steady` (1.0 or 0.0; NaN when too few requests are measured for a shortfall to show
+    above a steady count's noise), `steady_reason` ("" when steady), the measured window, the
     offered and delivered rates over it, the queue's growth and the rule (module docstring)."""
     arrivals = records["arrival_s"].to_numpy(dtype=np.float64)
     start, end = measured_window(arrivals, rule)
@@ -126,6 +127,11 @@ def steady_summary(records: pd.DataFrame, rule: SteadyRule) -> dict[str, Any]:
     out.update(measured_requests=int(measured.sum()), offered_rps=offered,
                delivered_rps=delivered / length, queue_growth_rps=growth)
     noise = NOISE_SIGMAS * math.sqrt(2 * max(mean_in_system(arrivals, left, start, end), 1.0))
+    if rule.tolerance < 1 and offered > 0 and noise >= measured.sum():
+        out["steady"] = math.nan  # undetermined: losing every request would hide in the noise
+        out["steady_reason"] = (f"too few requests to judge: {int(measured.sum())} measured, "
+                                f"within a steady count's noise of {noise:.3g}")
+        return out
     out["steady_reason"] = unsteady_reason(offered, delivered / length, growth, rule,
                                            turned_away(records, measured),
                                            (noise / length, noise / third))

@@ -45,3 +45,21 @@ def test_bad_attention_choices_are_named(cost_model, field):
     with pytest.raises(ConfigError) as err:
         stage_params(**cost_model)
     assert err.value.field == field
+
+
+def test_many_small_chunks_fill_the_gpu_together_under_either_kernel_set():
+    """64 verify rows of 5 tokens after 1,300 cached tokens are one kernel of 320 query
+    tokens: its small-chunk efficiency is that of 320 tokens, not of 5 (the flash_attention
+    set's half-efficiency point, 770 tokens, was fitted on single chunks), so the step costs
+    a fraction more than a plain decode step, not tens of times more."""
+    from sim.executor import Step
+
+    for cost_model in ({}, {"attention": "flash_attention"}):
+        ex = build_executors(ClusterSpec(model="llama-2-7b", gpu="A100-80GB",
+                                         cost_model=cost_model))[0]
+        b, ids = 64, tuple(range(64))
+        plain = ex.execute(Step(0, ids, (1,) * b, (1300,) * b, (True,) * b)).duration_s
+        verify = ex.execute(Step(0, ids, (5,) * b, (1300,) * b, (True,) * b)).duration_s
+        assert 1.0 < verify / plain < 2.0, cost_model
+        one = ex.execute(Step(0, (0,), (5,), (1300,), (True,))).duration_s
+        assert verify < 64 * one

@@ -208,3 +208,13 @@ def test_parse_rates():
     with pytest.raises(ConfigError, match="--rates"):
         parse_rates("inf")
 
+
+
+def test_too_few_requests_leave_steadiness_undetermined_not_steady():
+    """Three requests, none delivered in the window: a shortfall that small hides in a
+    steady count's noise, so the run is neither called steady nor counted as a capacity."""
+    out = steady_summary(records(np.array([0.0, 1.0, 2.0]), np.array([50.0, 51.0, 52.0])),
+                         SteadyRule())
+    assert math.isnan(out["steady"]) and out["steady_reason"].startswith("too few requests")
+    many = np.arange(400, dtype=float) / 4  # 100 s at 4 req/s, each done in 0.5 s
+    assert steady_summary(records(many, many + 0.5), SteadyRule())["steady"] == 1.0
