@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, check_keys
 from sim.field_types import check_fields
 
 
@@ -29,14 +29,6 @@ def mapping(where: str, value: object) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise ConfigError(where, value, "must be a mapping")
     return dict(value)
-
-
-def check_keys(where: str, raw: Mapping[str, Any], known: Sequence[str]) -> None:
-    """ConfigError naming the first key of `raw` not in `known`."""
-    for key in raw:
-        if key not in known:
-            path = f"{where}.{key}" if where else str(key)
-            raise ConfigError(path, raw[key], f"unknown key; known: {', '.join(known)}")
 
 
 def is_int(value: object) -> bool:

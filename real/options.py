@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from sim.errors import ConfigError, check_positive
+from sim.errors import ConfigError, check_keys, check_positive
 from sim.models import ModelSpec
 
 DTYPES = ("auto", "fp32", "fp16", "bf16")
@@ -67,11 +67,7 @@ class RealOptions:
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> "RealOptions":
         """Options from a config mapping, naming unknown keys."""
         raw = dict(raw or {})
-        known = [f.name for f in dataclasses.fields(cls)]
-        for key in raw:
-            if key not in known:
-                raise ConfigError(f"real.{key}", raw[key], f"unknown option; known: "
-                                  f"{', '.join(known)}")
+        check_keys("real", raw, [f.name for f in dataclasses.fields(cls)])
         try:
             return cls(**raw)
         except TypeError as exc:

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
 from sim.engine_time import EngineTimeModel, EngineTimeParams, EngineWork
-from sim.errors import ConfigError
+from sim.errors import ConfigError, check_keys
 from sim.file_kinds import EXPECTED_CALIBRATION, OLD_BENCH_CALIBRATION, describe_json
 from sim.hardware import GPUSpec
 from sim.jsonfile import int_value, read_json_object, section
@@ -62,11 +62,7 @@ def fitted_options(data: Mapping[str, Any], path: str | Path,
 
 def _build(cls: type, raw: Mapping[str, Any], field: str, path: str | Path) -> Any:
     """`cls(**raw)`, every problem a ConfigError under `field` naming the file."""
-    known = [f.name for f in fields(cls)]
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"{field}.{key}", raw[key], f"unknown key in {path}; known: "
-                              f"{', '.join(known)}")
+    check_keys(field, raw, [f.name for f in fields(cls)], f"in {path}")
     try:
         return cls(**raw)
     except ConfigError as err:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import reprlib
+from typing import Any, Mapping, Sequence
 
 MAX_VALUE_CHARS = 300  # characters of a value's repr an error message shows at most
 
@@ -76,3 +77,14 @@ def check_fraction(field: str, value: float) -> None:
     """Raise ConfigError unless 0 < value <= 1."""
     if not 0 < value <= 1:
         raise ConfigError(field, value, "must be in (0, 1]")
+
+
+def check_keys(where: str, raw: Mapping[str, Any], known: Sequence[str], note: str = "") -> None:
+    """ConfigError naming the first key of `raw` not in `known` (`where.key`), and the known
+    keys; `note` (e.g. "in FILE") goes after "unknown key". The one unknown-key check of every
+    config section, calibration file and option mapping."""
+    for key in raw:
+        if key not in known:
+            path = f"{where}.{key}" if where else str(key)
+            raise ConfigError(path, raw[key], f"unknown key{' ' + note if note else ''}; known: "
+                              f"{', '.join(known)}")
