@@ -8,8 +8,10 @@ system emptying) are excluded; the requests arriving in between are the **measur
 Over the measured window [a, b) a run is steady when both hold, each within `tolerance`:
 
 - **delivered ~ offered**: requests finished in [a, b) per second (delivered) are at least
-  (1 - tolerance) x the requests arriving in it per second (offered). Rejected, failed and
-  cancelled requests are never delivered.
+  (1 - tolerance) x the requests arriving in it per second (offered), less those no load could
+  serve (rejected at arrival for their shape: a prompt over max_model_len, more KV than an
+  instance has, over the step or max_tokens budget). Requests turned away for load (admission
+  control), failed or cancelled are never delivered and count against the run.
 - **the queue has settled**: the time-averaged number of requests in the system (arrived, not
   yet finished or turned away) over the window's last third exceeds that over its middle third
   by at most tolerance x offered x (a third's length): in an overload it grows at
@@ -33,7 +35,10 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError
+from sim.request import EXCEEDS_BATCH_TOKENS, EXCEEDS_KV, EXCEEDS_MAX_TOKENS, PROMPT_TOO_LONG
 
+UNSERVABLE = (PROMPT_TOO_LONG, EXCEEDS_KV, EXCEEDS_BATCH_TOKENS, EXCEEDS_MAX_TOKENS)  # reasons
+# a request is rejected for whatever the load: it never queues, so it is no shortfall
 NOISE_SIGMAS = 3.0  # standard deviations of a steady count's noise never flagged
 
 @dataclass(frozen=True)
@@ -132,11 +137,23 @@ def steady_summary(records: pd.DataFrame, rule: SteadyRule) -> dict[str, Any]:
         out["steady_reason"] = (f"too few requests to judge: {int(measured.sum())} measured, "
                                 f"within a steady count's noise of {noise:.3g}")
         return out
-    out["steady_reason"] = unsteady_reason(offered, delivered / length, growth, rule,
-                                           turned_away(records, measured),
+    shaped = unservable(records, measured)
+    if shaped and shaped == measured.sum():
+        out["steady_reason"] = "every measured request was rejected for its shape"
+        return out
+    out["steady_reason"] = unsteady_reason(offered - shaped / length, delivered / length, growth,
+                                           rule, turned_away(records, measured) - shaped,
                                            (noise / length, noise / third))
     out["steady"] = 0.0 if out["steady_reason"] else 1.0
     return out
+
+
+def unservable(records: pd.DataFrame, measured: np.ndarray) -> int:
+    """Measured requests rejected for their shape (UNSERVABLE), which no load could serve."""
+    if "reason" not in records.columns:
+        return 0
+    rejected = records["status"].to_numpy()[measured] == "rejected"
+    return int((rejected & np.isin(records["reason"].to_numpy()[measured], UNSERVABLE)).sum())
 
 
 def turned_away(records: pd.DataFrame, measured: np.ndarray) -> int:
@@ -156,7 +173,7 @@ def unsteady_reason(offered: float, delivered: float, growth: float, rule: Stead
     reasons = []
     if offered - delivered > max(rule.tolerance * offered, noise[0]):
         lost = f"; {away} measured requests rejected, failed or cancelled" if away else ""
-        reasons.append(f"delivered {delivered:.4g} of {offered:.4g} req/s offered "
+        reasons.append(f"delivered {delivered:.4g} of {offered:.4g} req/s offered (servable) "
                        f"({delivered / offered:.0%}{lost})")
     if growth > max(rule.tolerance * offered, noise[1]):
         reasons.append(f"requests in the system grew {growth:.4g} req/s over the last third "

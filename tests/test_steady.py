@@ -218,3 +218,23 @@ def test_too_few_requests_leave_steadiness_undetermined_not_steady():
     assert math.isnan(out["steady"]) and out["steady_reason"].startswith("too few requests")
     many = np.arange(400, dtype=float) / 4  # 100 s at 4 req/s, each done in 0.5 s
     assert steady_summary(records(many, many + 0.5), SteadyRule())["steady"] == 1.0
+
+
+def test_requests_no_load_could_serve_are_no_shortfall_but_turned_away_ones_are():
+    """A tenth of the prompts are over max_model_len (rejected at arrival, as vLLM does): the
+    run keeps pace with everything servable and is steady; the same tenth turned away by
+    admission control is load shed, and the run is not."""
+    arrival = np.arange(0, 300, 0.5)
+    finish = arrival + 3.0
+    df = records(arrival, finish)
+    df["reason"] = ""
+    tenth = np.arange(len(df)) % 10 == 0
+    for reason, steady in (("prompt_too_long", 1.0), ("queue_full", 0.0)):
+        shaped = df.copy()
+        shaped.loc[tenth, ["status", "reason"]] = ["rejected", reason]
+        shaped.loc[tenth, "finish_s"] = shaped.loc[tenth, "arrival_s"]
+        out = steady_summary(shaped, SteadyRule())
+        assert out["steady"] == steady, (reason, out["steady_reason"])
+        assert out["offered_rps"] == pytest.approx(2.0, rel=0.01)  # every arrival, as before
+    every = df.assign(status="rejected", reason="prompt_too_long", finish_s=df["arrival_s"])
+    assert "rejected for its shape" in steady_summary(every, SteadyRule())["steady_reason"]
