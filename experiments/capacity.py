@@ -47,7 +47,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from experiments.capacity_args import (SEED_AGGREGATES, parse_args, parse_rates,
-                                       settings_from_args)
+                                       search_from_args, settings_from_args)
 from experiments.capacity_classes import check_class_slos, own_class_slos
 from experiments.capacity_probe import Key, PROBE_KEYS, ProbeSettings, run_searches
 from experiments.capacity_search import Capacity, RateSearch, SearchConfig, search_capacity
@@ -232,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             table = format_rates(run_rates(cfg, slo, base, rates, out_dir, settings,
                                            jobs=args.jobs, progress=not args.no_progress))
         else:
-            search = SearchConfig(args.min_rate, args.max_rate, args.rel_tol, args.max_probes)
+            search = search_from_args(args)
             results = run_capacity(cfg, out_dir, search, progress=not args.no_progress,
                                    jobs=args.jobs, seed_aggregate=args.seed_aggregate,
                                    settings=settings)

@@ -87,3 +87,11 @@ def parse_rates(text: str) -> list[float]:
             raise ConfigError("--rates", text, "each rate must be finite and > 0 (req/s)")
         rates.append(rate)
     return rates
+
+
+def search_from_args(args: argparse.Namespace) -> SearchConfig:
+    """The search bounds of the command line; ConfigError naming the flag of a bad value."""
+    try:
+        return SearchConfig(args.min_rate, args.max_rate, args.rel_tol, args.max_probes)
+    except ConfigError as err:
+        raise ConfigError(f"--{err.field.replace('_', '-')}", err.value, err.reason) from None

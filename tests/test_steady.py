@@ -194,7 +194,7 @@ def test_probe_rule_rejects_bad_values(fields, name):
 @pytest.mark.parametrize("flag, value", [
     ("--warmup-frac", "1.2"), ("--drain-frac", "-1"), ("--steady-tol", "0"),
     ("--probe-s", "-5"), ("--probe-kv", "-1"), ("--probe-doublings", "20"), ("--rates", "1,x"),
-    ("--rates", "0")])
+    ("--rates", "0"), ("--min-rate", "0"), ("--min-rate", "-1"), ("--max-probes", "0")])
 def test_capacity_flags_reject_bad_values_naming_the_flag(tmp_path, capsys, flag, value):
     path = tmp_path / "burst.yaml"
     path.write_text(yaml.safe_dump(BURST), encoding="utf-8")
