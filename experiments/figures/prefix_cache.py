@@ -28,11 +28,11 @@ TABLE = ["label", "rate", "prefix_hit_rate", "mean_ttft_s", "p99_ttft_s", "mean_
          "request_throughput", "num_preemptions"]
 RATE_SWEEPS = {  # sweep -> (figure stem, title)
     "prefix_mooncake": ("prefix_mooncake", "Mooncake conversation trace (2000 requests), "
-                        "Llama-3.1-8B, 4x H200 (TP 4), vllm"),
+                        "Llama-3.1-8B, 4x H200 (TP 4), vllm_v0"),
     "prefix_sessions": ("prefix_sessions", "synthetic multi-turn sessions, Llama-2-7B, "
-                        "1x A100-80GB, vllm"),
+                        "1x A100-80GB, vllm_v0"),
     "prefix_affinity": ("prefix_affinity", "synthetic sessions on 4 instances (Llama-2-7B, "
-                        "A100-80GB), vllm: routers with prefix reuse"),
+                        "A100-80GB), vllm_v0: routers with prefix reuse"),
 }
 PRESSURE_SWEEPS = {  # sweep -> panel row title
     "prefix_mooncake_pressure": "Mooncake at 2 req/s (Llama-3.1-8B, TP 4 H200)",
