@@ -191,7 +191,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "than FRACTION of its requests (default 0: any); results are still "
                         "written")
     parser.add_argument("--capacity", action="store_true", help="search each policy's highest "
-                        "rate meeting the config's slo: (see python -m experiments.capacity -h)")
+                        "rate meeting the config's slo: (see python -m experiments.capacity -h; "
+                        "its flags, e.g. --steady-tol or --min-rate, pass through)")
     vllm = parser.add_argument_group(
         "vLLM benchmark conventions", "each run also writes bench.json, the JSON of `vllm bench "
         "serve --save-result` (same keys, latencies in ms; experiments/vllm_bench.py)")
@@ -205,7 +206,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                       "them per second), e.g. --goodput ttft:200 tpot:50 e2el:20000")
     add_bench_flags(vllm)  # --request-rate, --burstiness, ... (experiments/bench_flags.py)
     add_bench_run_flags(parser)  # --workload BENCH.json, --calibration FILE
-    args = parser.parse_args(argv)
+    args, args.capacity_flags = parser.parse_known_args(argv)
+    if args.capacity_flags and not args.capacity:
+        parser.error(f"unrecognized arguments: {' '.join(args.capacity_flags)}")
     from experiments.vllm_bench import parse_options
     try:
         args.bench = parse_options(args.percentile_metrics, args.metric_percentiles,
@@ -239,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return capacity_main([args.config, *(f"--set={o}" for o in args.overrides),
                               *([f"--out={args.out}"] if args.out else []),
                               *(["--no-progress"] if args.no_progress else []),
-                              f"--jobs={args.jobs}"])
+                              f"--jobs={args.jobs}", *args.capacity_flags])
     try:
         cfg = load_run_config(args) if uses_bench(args) else load_config(args.config,
                                                                           args.overrides)

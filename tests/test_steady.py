@@ -238,3 +238,17 @@ def test_requests_no_load_could_serve_are_no_shortfall_but_turned_away_ones_are(
         assert out["offered_rps"] == pytest.approx(2.0, rel=0.01)  # every arrival, as before
     every = df.assign(status="rejected", reason="prompt_too_long", finish_s=df["arrival_s"])
     assert "rejected for its shape" in steady_summary(every, SteadyRule())["steady_reason"]
+
+
+def test_experiments_run_capacity_passes_the_capacity_flags_through(tmp_path, capsys):
+    """`python -m experiments.run CONFIG --capacity` takes `experiments.capacity`'s flags (the
+    README teaches that command); without --capacity they are unknown arguments."""
+    path = tmp_path / "burst.yaml"
+    path.write_text(yaml.safe_dump(BURST), encoding="utf-8")
+    assert run_main([str(path), "--capacity", "--out", str(tmp_path / "x"),
+                     "--steady-tol", "0"]) == 2
+    assert "error: --steady-tol=0.0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        run_main([str(path), "--steady-tol", "0.1"])
+    assert info.value.code == 2 and "unrecognized arguments: --steady-tol 0.1" in \
+        capsys.readouterr().err
