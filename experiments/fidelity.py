@@ -73,9 +73,6 @@ def markdown(summary: pd.DataFrame) -> str:
 
 def plot(rows: pd.DataFrame, path: Path, title: str) -> Path:
     """Predicted vs measured, log-log, one panel per stage, one colour per regime."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     stages = [s for s in STAGE_ORDER if s in set(rows["stage"])] or ["none"]

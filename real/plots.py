@@ -10,9 +10,6 @@ import pandas as pd
 
 
 def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt

@@ -92,3 +92,20 @@ def test_the_policy_interface_lives_in_sim_and_is_re_exported():
 
     assert policies.base.Policy is sim.policy.Policy
     assert policies.base.PolicyConfig is sim.policy.PolicyConfig
+
+
+def test_no_module_switches_the_matplotlib_backend():
+    """A module that calls matplotlib.use() takes the figures away from a notebook that
+    imports it (issue 26): the backend is the user's, or matplotlib's headless default."""
+    offenders = []
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in ("tests", ".git", ".compiled", "results") or "site-packages" in \
+                rel.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "use" and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id in ("matplotlib", "mpl")):
+                offenders.append(f"{rel}:{node.lineno}")
+    assert not offenders, offenders
