@@ -265,6 +265,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ResultsWriteError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    return finish(summary, out)
+
+
+def finish(summary: dict[str, Any], out: Path) -> int:
+    """Write OUT/report.txt, print it, and the exit status: 1 when a policy failed."""
     report = format_report(summary)
     (out / "report.txt").write_text(report + "\n", encoding="utf-8")
     print(f"{report}\n-> {out}")

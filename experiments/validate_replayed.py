@@ -26,7 +26,7 @@ import pandas as pd
 
 from experiments.config import ExperimentConfig, PolicyEntry
 from experiments.outdir import ResultsWriteError
-from experiments.validate import (ValidateOptions, format_report, load_validation_config,
+from experiments.validate import (ValidateOptions, finish, load_validation_config,
                                   policy_entries, validation_trace)
 from experiments.validate_compare import (Collected, EngineInfo, RealReplay, compare_replay,
                                           write_validation)
@@ -110,10 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ResultsWriteError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    report = format_report(summary)
-    (out / "report.txt").write_text(report + "\n", encoding="utf-8")
-    print(f"{report}\n-> {out}")
-    return 1 if summary["failures"] else 0
+    return finish(summary, out)
 
 
 if __name__ == "__main__":

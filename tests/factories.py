@@ -134,3 +134,34 @@ class TierExecutor(LinearExecutor):
         times = super().iteration_times(step)
         times[0] += self.links.seconds(step)
         return times
+
+
+def finishes(fn, seconds: float = 60.0) -> None:
+    """Run `fn` in a thread: fails (instead of hanging the suite) when it never returns."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "blocked: the special file was opened or read"
+    if errors:
+        raise errors[0]
+
+
+def iterations_one_by_one(model, new: list[int], ctx: list[int], k: int) -> list[float]:
+    """Reference for a k-iteration run of a cost model's `iteration_times(new, ctx, seqs)`:
+    the first iteration as given, then k - 1 single decode iterations, one call each."""
+    now = [a + b for a, b in zip(new, ctx)]
+    out = [model.iteration_times(new, ctx, len(new))[0]]
+    for _ in range(k - 1):
+        out.append(model.iteration_times([1] * len(new), now, len(new))[0])
+        now = [x + 1 for x in now]
+    return out

@@ -23,6 +23,7 @@ from sim.stage_model import StageCostModel
 from sim.stage_params import EFFICIENCY_FIELDS, AllReduceParams, StageParams
 from sim.stage_times import StageTimes
 from traces.paths import default_data_dir
+from tests.factories import iterations_one_by_one
 
 TOY = ModelSpec("toy", 2, 64, 4, 4, 16, 128, 1000)
 TOY_GPU = GPUSpec("toy-gpu", 2**40, 1e12, 1e14, 1e13, 1e11, 0.0)
@@ -141,11 +142,7 @@ def test_decode_run_jump_is_exact(tp: int, first: tuple[list[int], list[int]]) -
     n, c = first
     k = 7
     jumped = m.iteration_times(n, c, len(n), k)
-    ctx = [a + b for a, b in zip(n, c)]
-    single = [m.iteration_times(n, c, len(n))[0]]
-    for _ in range(k - 1):
-        single.append(m.iteration_times([1] * len(n), ctx, len(n))[0])
-        ctx = [x + 1 for x in ctx]
+    single = iterations_one_by_one(m, n, c, k)
     np.testing.assert_allclose(jumped, single, rtol=1e-12)
 
 

@@ -19,6 +19,7 @@ from sim.hardware import GPUSpec, get_gpu
 from sim.models import ModelSpec, get_model
 from sim.stage_model import StageCostModel
 from sim.stage_params import StageParams
+from tests.factories import iterations_one_by_one
 
 A100 = get_gpu("A100-80GB")
 LLAMA3 = get_model("llama-3-8b")
@@ -144,11 +145,7 @@ def test_decode_runs_with_the_floor_are_exact(tp: int, first: tuple[list[int], l
     n, c = first
     k = 9
     jumped = m.iteration_times(n, c, len(n), k)
-    ctx = [a + b for a, b in zip(n, c)]
-    single = [m.iteration_times(n, c, len(n))[0]]
-    for _ in range(k - 1):
-        single.append(m.iteration_times([1] * len(n), ctx, len(n))[0])
-        ctx = [x + 1 for x in ctx]
+    single = iterations_one_by_one(m, n, c, k)
     np.testing.assert_allclose(jumped, single, rtol=1e-12)
     sums = (sum(n), sum(c), sum(a * b for a, b in zip(n, c)), sum(a * a for a in n), len(n))
     ends = m.iteration_ends_from_sums(*sums, len(n), k, until_s=1e9)

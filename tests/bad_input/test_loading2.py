@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import tomllib
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
@@ -21,6 +20,7 @@ from sim.compiled import (ENV, MANIFEST, MARKER, MARKER_TEXT, CompiledBuildError
                           interpreter_tag, source_hash)
 from sim.errors import ConfigError
 from sim.models import get_model, model_config_file, model_from_config_dict, resolve_model
+from tests.factories import finishes
 
 ROOT = Path(__file__).resolve().parents[2]
 MOE = ROOT / "tests" / "fixtures" / "moe"
@@ -31,22 +31,6 @@ def fixture(name: str) -> dict:
     return json.loads((MOE / name / "config.json").read_text())
 
 
-def finishes(fn, seconds: float = 60.0) -> None:
-    """Run `fn` in a thread: fails (instead of hanging the suite) when it never returns."""
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), "blocked: the special file was opened or read"
-    if errors:
-        raise errors[0]
 
 
 # ---- one resolution of a model path ---------------------------------------------------------

@@ -6,7 +6,6 @@ context limit and then rejected keeps both events."""
 from __future__ import annotations
 
 import os
-import threading
 import warnings
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from experiments.sweep import expand, run_identity
 from experiments.workload import load_base_trace, trace_path
 from policies.simulate import simulate
 from sim.errors import TraceError
-from tests.factories import LinearExecutor, make_trace
+from tests.factories import LinearExecutor, finishes, make_trace
 from traces.mapping import TimestampFormat, TraceMapping, load_mapped
 from traces.registry import load_trace
 from traces.times import MidnightWarning
@@ -27,22 +26,6 @@ from traces.times import MidnightWarning
 CSV = "arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,20,6\n"
 
 
-def finishes(fn, seconds: float = 60.0) -> None:
-    """Run `fn` in a thread: fails (instead of hanging the suite) when it never returns."""
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), "blocked: the special file was opened or read"
-    if errors:
-        raise errors[0]
 
 
 def config(tmp_path: Path, path: str) -> object:
