@@ -103,7 +103,10 @@ def test_padded_decode_reads_the_longest_kv_for_every_row():
 
 @pytest.mark.parametrize("field,value", [("overlap", 0.5), ("kv_efficiency", 1.5),
                                          ("new_shape_s", -1.0), ("decode_kv", "ragged"),
-                                         ("iteration_host_s", float("nan"))])
+                                         ("iteration_host_s", float("nan")),
+                                         ("eager_host_s", -1e-3), ("mixed_host_s", -1e-3),
+                                         ("kv_programs", -1.0), ("max_graph_batch", -1),
+                                         ("decode_split_sms", -1)])
 def test_bad_params_are_refused_by_name(field, value):
     with pytest.raises(ConfigError, match=field):
         EngineTimeParams(**{field: value})
