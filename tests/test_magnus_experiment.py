@@ -34,7 +34,9 @@ def test_a_bad_cluster_override_names_its_policy_entry():
     assert err.value.field.startswith("policies[1].cluster")
 
 
-@pytest.mark.skipif(not default_magnus_path().is_file(), reason="shared data not present")
+@pytest.mark.skipif(not default_magnus_path().is_file()
+                    or not (CONFIG.parents[2] / ".." / "shared").is_dir(),
+                    reason="shared data not present beside the repo (the config's paths)")
 def test_tiny_sweep_and_report(tmp_path, monkeypatch):
     monkeypatch.chdir(CONFIG.parents[2])  # the config's data paths are relative to the repo
     results, figures = tmp_path / "results", tmp_path / "figures"
