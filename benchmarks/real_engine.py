@@ -6,6 +6,8 @@
 
 Decode: a batch of requests with `--context` cached tokens (reserved, not computed) runs one
 Step of `--reps + 1` decode iterations; the median of the later iterations is the step time.
+Mixed: 1 and 16 decode rows beside a 64-token prefill chunk, all after `--context` cached
+tokens, median of `--reps` one-iteration Steps (replayed from a mixed graph on a GPU).
 Prefill: one request of `--prefill-tokens` tokens, median of `--reps` runs, as tokens/s.
 On a GPU each number is set against its physical bound (sim.hardware's peaks for the GPU):
 decode reads every weight and the batch's KV once per step (bytes / HBM bandwidth); prefill
@@ -31,6 +33,9 @@ from sim.errors import ConfigError, check_positive  # noqa: E402
 from sim.executor import Step  # noqa: E402
 
 
+MIXED_CHUNK = 64  # tokens: the prefill chunk of the mixed-step rows
+
+
 def decode_step_s(ex: Any, batch: int, context: int, reps: int, first_id: int) -> float:
     """Median seconds of a decode iteration of `batch` requests at `context` cached tokens."""
     ids = tuple(range(first_id, first_id + batch))
@@ -49,6 +54,25 @@ def prefill_s(ex: Any, tokens: int, reps: int, first_id: int) -> float:
         res = ex.execute(Step(0, (first_id + rep,), (tokens,), (0,), (True,)))
         ex.release((first_id + rep,))
         times.append(res.duration_s)
+    return float(np.median(times[1:]))
+
+
+def mixed_step_s(ex: Any, decodes: int, chunk: int, context: int, reps: int,
+                 first_id: int) -> float:
+    """Median seconds of an iteration holding `decodes` decode rows and one prefill chunk of
+    `chunk` tokens, all after `context` cached tokens (a chunked-prefill scheduler's step)."""
+    ids = tuple(range(first_id, first_id + decodes))
+    for rid in ids:
+        ex.reserve_placeholder(rid, context)
+    times = []
+    for rep in range(reps + 1):
+        cid = first_id + decodes + rep
+        ex.reserve_placeholder(cid, context)
+        res = ex.execute(Step(0, ids + (cid,), (1,) * decodes + (chunk,),
+                              (context + rep,) * decodes + (context,), (True,) * (decodes + 1)))
+        ex.release((cid,))
+        times.append(res.duration_s)
+    ex.release(ids)
     return float(np.median(times[1:]))
 
 
@@ -85,7 +109,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from real.memory import resolve_device
 
     device = resolve_device(args.device)
-    need = max(args.batches) * (args.context + args.reps + 2) + args.prefill_tokens + 1024
+    need = (max(args.batches) * (args.context + args.reps + 2) + args.prefill_tokens + 1024
+            + 18 * (args.context + MIXED_CHUNK + args.reps + 2))
     kv = args.kv_tokens or (need if device.type == "cpu" else None)
     ex = TorchExecutor(args.model, str(device), args.dtype, kv_tokens=kv, weights=args.weights,
                        attention=args.attention, num_threads=args.threads,
@@ -102,6 +127,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             bound = bounds(ex, args.gpu, b, args.context, args.prefill_tokens)
             row.update(bound_s=bound["decode_s"], fraction_of_bound=bound["decode_s"] / secs)
         out["decode"].append(row)
+    out["mixed"] = []
+    for b in (1, 16):
+        secs = mixed_step_s(ex, b, MIXED_CHUNK, args.context, args.reps, first_id)
+        first_id += b + args.reps + 1
+        out["mixed"].append({"decodes": b, "chunk": MIXED_CHUNK, "step_s": secs})
     secs = prefill_s(ex, args.prefill_tokens, args.reps, first_id)
     out["prefill"] = {"tokens": args.prefill_tokens, "seconds": secs,
                       "tokens_per_s": args.prefill_tokens / secs}
@@ -120,6 +150,9 @@ def format_result(res: dict[str, Any]) -> str:
         frac = f", {row['fraction_of_bound']:.0%} of the HBM bound" if "bound_s" in row else ""
         lines.append(f"  batch {row['batch']:>4}: {row['step_s'] * 1e3:8.2f} ms/step, "
                      f"{row['tokens_per_s']:10.1f} tok/s{frac}")
+    for row in res.get("mixed", []):
+        lines.append(f"  {row['decodes']:>3} decodes + a {row['chunk']}-token chunk: "
+                     f"{row['step_s'] * 1e3:8.2f} ms/step")
     p = res["prefill"]
     frac = f", {p['fraction_of_bound']:.0%} of the FLOP bound" if "bound_s" in p else ""
     lines.append(f"  prefill {p['tokens']} tokens: {p['seconds'] * 1e3:.2f} ms, "

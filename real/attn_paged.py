@@ -39,6 +39,9 @@ class PagedMetadata:
     prefill_len: torch.Tensor | None = None  # [chunks] int32 queries of each chunk
     prefill_context: torch.Tensor | None = None  # [chunks] int32 cached keys before the chunk
     prefill_tiles: ops.PrefillTiles | None = None  # the prefill kernel's work list
+    active_splits: torch.Tensor | None = None  # [1] int32: splits in use of num_splits (graphs)
+    scratch_row: bool = False  # the output has one row past the tokens, where padding decode
+    # rows (decode_index = tokens) land (`real/mixed_graphs.py`)
 
 
 TABLE_COLUMNS = 16  # block tables are padded to a multiple of this many columns
@@ -116,14 +119,15 @@ class PagedBackend:
         if meta.decode_index is not None:
             decode = ops.paged_decode_attention(q, k_cache, v_cache, meta.decode_tables,
                                                 meta.decode_lens, meta.decode_index, scale,
-                                                meta.num_splits)
+                                                meta.num_splits, meta.active_splits)
             if meta.decode_only:
                 return decode
-        out = torch.empty_like(q)
+        tokens = q.shape[0]
+        out = q.new_empty((tokens + int(meta.scratch_row),) + tuple(q.shape[1:]))
         if decode is not None:
             out.index_copy_(0, meta.decode_index, decode)
         if meta.prefill_start is not None:
             ops.paged_prefill_attention(q, k_cache, v_cache, meta.prefill_tables,
                                         meta.prefill_start, meta.prefill_len,
                                         meta.prefill_context, scale, out, meta.prefill_tiles)
-        return out
+        return out[:tokens] if meta.scratch_row else out

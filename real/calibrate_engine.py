@@ -28,18 +28,20 @@ WARMUP_ITERATIONS = 2  # the real engine's default warm-up (TorchExecutor.warmup
 
 
 def structural_params(meta: dict[str, Any]) -> EngineTimeParams:
-    """decode_kv, shape_granularity, max_graph_batch and decode_split_sms of the profiled
-    engine (a profile written before engines recorded `max_graph_batch` ran every iteration
-    eagerly; one without `num_sms` leaves the split-KV plan unmodelled)."""
+    """decode_kv, shape_granularity, max_graph_batch, max_graph_tokens and decode_split_sms of
+    the profiled engine (a profile written before engines recorded `max_graph_batch` ran every
+    iteration eagerly, one before `max_graph_tokens` every iteration with prefill chunks; one
+    without `num_sms` leaves the split-KV plan unmodelled)."""
     backend = str(meta.get("attention_backend", "sdpa"))
     sdpa = backend.startswith("sdpa")
     on_gpu = str(meta.get("device", "cpu")).startswith("cuda")
     granularity = int(meta.get("block_size", 16)) if sdpa and on_gpu else 0
     graphs = int(meta.get("max_graph_batch", 0) or 0) if meta.get("cuda_graphs") else 0
+    mixed = int(meta.get("max_graph_tokens", 0) or 0) if graphs else 0
     split_sms = int(meta.get("num_sms", 0) or 0) if backend == "paged" and on_gpu else 0
     return EngineTimeParams(decode_kv="padded" if sdpa else "paged",
                             shape_granularity=granularity, max_graph_batch=graphs,
-                            decode_split_sms=split_sms)
+                            max_graph_tokens=mixed, decode_split_sms=split_sms)
 
 
 def engine_section(profile: pd.DataFrame | None, meta: dict[str, Any], model: ModelSpec,

@@ -59,6 +59,7 @@ def bench_rows(bench: dict[str, Any] | None) -> dict[str, Any]:
         return {"missing": True}
     decode = {int(r["batch"]): r for r in bench.get("decode", [])}
     return {"engine": bench.get("engine"), "decode": decode, "prefill": bench.get("prefill"),
+            "mixed": bench.get("mixed", []),
             "batch1_ok": decode.get(1, {}).get("fraction_of_bound", 0.0)
             >= TARGETS["decode_batch1_fraction"],
             "batch64_ok": decode.get(64, {}).get("fraction_of_bound", 0.0)
@@ -138,6 +139,9 @@ def format_markdown(report: dict[str, Any]) -> str:
               "|---|---|---|"]
     for b, r in (bench.get("decode") or {}).items():
         lines.append(f"| {b} | {r['step_s'] * 1e3:.2f} | {r.get('fraction_of_bound', 0):.0%} |")
+    for r in bench.get("mixed") or []:
+        lines.append(f"\n{r['decodes']} decodes + a {r['chunk']}-token chunk: "
+                     f"{r['step_s'] * 1e3:.2f} ms/step.")
     if bench.get("prefill"):
         p = bench["prefill"]
         lines.append(f"\nPrefill {p['tokens']} tokens: {p['seconds'] * 1e3:.1f} ms, "

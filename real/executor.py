@@ -9,9 +9,11 @@ exactly the tokens the policy asks for. A chunk with no context for a request th
 KV (a preemption the policy recomputes) drops that KV first. An iteration that needs more KV
 blocks than are free ends the Step with `oom=True`, as the cost model's executor does.
 
-On CUDA the default is a serving engine's: the paged attention kernels (`real/attn_paged.py`)
-and the decode iteration captured in CUDA graphs per batch-size bucket (`real/cuda_graphs.py`);
-`cuda_graphs=False` or another attention backend runs every iteration eagerly.
+On CUDA the default is a serving engine's: the paged attention kernels (`real/attn_paged.py`),
+the decode iteration captured in CUDA graphs per batch-size bucket (`real/cuda_graphs.py`) and
+iterations with prefill chunks of up to `max_graph_tokens` tokens per token bucket
+(`real/mixed_graphs.py`); `cuda_graphs=False` or another attention backend runs every iteration
+eagerly.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 from real.attention import AttentionBackend, default_block_size, resolve_backend_name
 from real.attn_backends import make_backend
 from real.cuda_graphs import DecodeGraphs
+from real.mixed_graphs import MixedGraphs
 from real.kv_cache import KVCacheOOM, PagedKVCache
 from real.memory import check_fits, dtype_name, num_kv_blocks, resolve_device, resolve_dtype
 from real.runner import ModelRunner
@@ -59,7 +62,8 @@ class TorchExecutor:
                  weights: str | Path | None = None, seed: int = 0, attention: str = "auto",
                  warmup_iterations: int = 2, record_steps: bool = False,
                  num_threads: int | None = None, cpu_clock: str = "wall",
-                 cuda_graphs: bool = True, max_graph_batch: int = 256) -> None:
+                 cuda_graphs: bool = True, max_graph_batch: int = 256,
+                 max_graph_tokens: int = 2048) -> None:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.config = resolve_real_model(model)  # model shapes and constants
@@ -81,8 +85,9 @@ class TorchExecutor:
                                                self.cache.capacity_tokens) + 1)
         self.tokens = TokenStore(s.vocab_size, seed)  # token ids per request
         graphs = self._make_graphs(backend, cuda_graphs, max_graph_batch)
+        mixed = self._make_mixed(graphs, max_graph_tokens, max_graph_batch)
         self.runner = ModelRunner(self.model, self.cache, self.tokens, self.backend, self.device,
-                                  graphs)
+                                  graphs, mixed)
         self.step_log: list[StepLog] | None = [] if record_steps else None  # what ran, if asked
         self.cpu_clock = cpu_clock  # CPU timing: wall | thread (CPU time of this thread)
         # attention shapes this engine has run (sdpa on CUDA plans a kernel per shape)
@@ -92,6 +97,8 @@ class TorchExecutor:
         self.warm_up(warmup_iterations)
         if graphs is not None and self.device.type == "cuda":
             graphs.capture()  # after the warm-up: kernels compiled, allocator warm
+        if mixed is not None and self.device.type == "cuda":
+            mixed.capture()
 
     def _make_backend(self, name: str) -> AttentionBackend:
         s = self.config.spec
@@ -107,6 +114,21 @@ class TorchExecutor:
             return None
         return DecodeGraphs(self.model, self.cache.kv, self.backend, self.device, max_batch,
                             -(-self.cache.capacity_tokens // self.block_size))
+
+    def _make_mixed(self, graphs: DecodeGraphs | None, max_tokens: int,
+                    max_rows: int) -> MixedGraphs | None:
+        """Graphs of iterations with prefill chunks, beside the decode graphs (none at 0)."""
+        if graphs is None or max_tokens <= 0:
+            return None
+        return MixedGraphs(self.model, self.cache.kv, self.backend, self.device, max_tokens,
+                           max_rows, -(-self.cache.capacity_tokens // self.block_size))
+
+    @property
+    def max_graph_tokens(self) -> int:
+        """The most tokens of an iteration with prefill chunks replayed from a CUDA graph (0:
+        such iterations run eagerly)."""
+        mixed = self.runner.mixed
+        return int(mixed.max_tokens) if mixed is not None else 0
 
     @property
     def cuda_graphs(self) -> bool:

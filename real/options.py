@@ -38,6 +38,8 @@ class RealOptions:
     cpu_clock: str = "wall"  # CPU timing: wall | thread (this thread's CPU time, shared machines)
     cuda_graphs: bool = True  # replay decode iterations from CUDA graphs (CUDA, paged attention)
     max_graph_batch: int = 256  # requests: the largest decode batch captured in a graph
+    max_graph_tokens: int = 2048  # tokens: the largest iteration with prefill chunks captured
+    # in a graph (0: such iterations run eagerly)
 
     def __post_init__(self) -> None:
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
@@ -62,6 +64,10 @@ class RealOptions:
                 or not 1 <= self.max_graph_batch <= 1024:
             raise ConfigError("real.max_graph_batch", self.max_graph_batch,
                               "an integer in [1, 1024]")
+        if isinstance(self.max_graph_tokens, bool) or not isinstance(self.max_graph_tokens, int) \
+                or not 0 <= self.max_graph_tokens <= 16384:
+            raise ConfigError("real.max_graph_tokens", self.max_graph_tokens,
+                              "an integer in [0, 16384]")
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> "RealOptions":
@@ -110,4 +116,5 @@ def build_real_executors(spec: Any) -> list:
                           block_size=opts.block_size, weights=opts.weights, seed=opts.seed,
                           attention=opts.attention, warmup_iterations=opts.warmup_iterations,
                           num_threads=opts.num_threads, cpu_clock=opts.cpu_clock,
-                          cuda_graphs=opts.cuda_graphs, max_graph_batch=opts.max_graph_batch)]
+                          cuda_graphs=opts.cuda_graphs, max_graph_batch=opts.max_graph_batch,
+                          max_graph_tokens=opts.max_graph_tokens)]

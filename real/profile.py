@@ -230,6 +230,7 @@ def profile_meta(executor: TorchExecutor) -> dict[str, Any]:
             "kv_capacity_tokens": executor.kv_capacity_tokens,
             "block_size": executor.block_size, "torch": torch.__version__,
             "cuda_graphs": executor.cuda_graphs, "max_graph_batch": executor.max_graph_batch,
+            "max_graph_tokens": executor.max_graph_tokens,
             "num_sms": int(getattr(executor.backend, "num_sms", 0)),
             "device_name": torch.cuda.get_device_name(executor.device)
             if executor.device.type == "cuda" else "cpu",

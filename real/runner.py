@@ -3,8 +3,9 @@ the model, and greedy sampling.
 
 Host-side work (token ids, positions, block tables) is done in numpy before the layer loop and
 copied to the device asynchronously. An iteration in which every request decodes one token
-replays a captured CUDA graph when the engine has them (`real/cuda_graphs.py`); any other runs
-eagerly. Sampled tokens stay on the device: the next decode iteration feeds them back directly,
+replays a captured CUDA graph when the engine has them (`real/cuda_graphs.py`), as does an
+iteration with prefill chunks of up to the largest token bucket (`real/mixed_graphs.py`); any
+other runs eagerly. Sampled tokens stay on the device: the next decode iteration feeds them back directly,
 and `commit` copies them to the host once per Step.
 """
 
@@ -17,6 +18,7 @@ import torch
 
 from real.attention import AttentionBackend, BatchLayout, to_device
 from real.cuda_graphs import DecodeGraphs
+from real.mixed_graphs import Key, MixedGraphs
 from real.kv_cache import PagedKVCache
 from real.model import LlamaForCausalLM
 from real.tokens import TokenStore
@@ -25,13 +27,14 @@ from real.tokens import TokenStore
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, cache: PagedKVCache, tokens: TokenStore,
                  backend: AttentionBackend, device: torch.device,
-                 graphs: DecodeGraphs | None = None) -> None:
+                 graphs: DecodeGraphs | None = None, mixed: MixedGraphs | None = None) -> None:
         self.model = model  # the decoder and lm_head
         self.cache = cache  # paged KV blocks and their tables
         self.tokens = tokens  # known token ids per request
         self.backend = backend  # attention kernel (real.attention)
         self.device = device  # where tensors live
         self.graphs = graphs  # captured decode graphs (CUDA, paged backend), if any
+        self.mixed = mixed  # captured graphs of iterations with prefill chunks, if any
         self.graph_replay = True  # False: run the graphs' buffers eagerly (CPU tests)
         # sampled tokens not yet on the host: (request ids, positions, device tensor)
         self._pending: list[tuple[tuple[int, ...], np.ndarray, torch.Tensor]] = []
@@ -63,6 +66,12 @@ class ModelRunner:
         return (self.graphs is not None and (self.graphs.captured or not self.graph_replay)
                 and bool(np.all(num_new == 1)) and self.graphs.bucket(len(num_new)) is not None)
 
+    def _mixed_key(self, num_new: np.ndarray) -> Key | None:
+        """The mixed graph of an iteration that no decode graph serves, None: eager."""
+        if self.mixed is None or not (self.mixed.captured or not self.graph_replay):
+            return None
+        return self.mixed.key(num_new)
+
     def step(self, request_ids: Sequence[int], num_new: np.ndarray, num_context: np.ndarray,
              samples: np.ndarray, prev_tokens: torch.Tensor | None = None) -> torch.Tensor | None:
         """One iteration; returns the greedy tokens of the sampling rows (on the device).
@@ -72,6 +81,13 @@ class ModelRunner:
             ids = prev_tokens if prev_tokens is not None else self.tokens.get_batch(
                 request_ids, num_context, num_context + num_new)
             next_tokens = self.graphs.run(layout, ids, self.graph_replay)  # type: ignore[union-attr]
+        elif (key := self._mixed_key(num_new)) is not None:
+            ids = prev_tokens if prev_tokens is not None else self.tokens.get_batch(
+                request_ids, num_context, num_context + num_new)
+            next_tokens = self.mixed.run(key, layout, ids, samples,  # type: ignore[union-attr]
+                                         self.graph_replay)
+            if not samples.any():
+                return None
         else:
             hidden, residual = self._forward(layout, request_ids, prev_tokens)
             if not samples.any():

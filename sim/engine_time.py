@@ -10,7 +10,9 @@ iterations of up to `max_graph_batch` rows from graphs and launches every other 
 prefill chunk, or a larger batch) kernel by kernel: those pay `eager_host_s` more host work, so a
 small mixed step runs at the eager launch pace while a decode beside it does not; an iteration
 holding both prefill chunks and decode rows launches both attention kernels (and the copy that
-merges them) in every layer, `mixed_host_s` more. Decode attention streams the rows' KV at
+merges them) in every layer, `mixed_host_s` more. An engine that also captures iterations with
+prefill chunks (`max_graph_tokens`, `sim/graph_plan.py`) replays those of up to that many tokens
+without either cost, its dense layers computing the token bucket's padding. Decode attention streams the rows' KV at
 `kv_efficiency` of HBM bandwidth when the split-KV kernel fills the GPU; with few rows each
 program streams at a share of it, `kv_programs` programs together reaching that rate, and the
 iteration waits for the busiest program: the longest row's split (`sim/split_kv.py`, the plan
@@ -34,6 +36,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from sim.errors import ConfigError, check_positive
+from sim.graph_plan import mixed_graph_tokens
 from sim.executor import Step
 from sim.hardware import GPUSpec
 from sim.models import ModelSpec
@@ -71,6 +74,8 @@ class EngineTimeParams:
     decode_split_sms: int = 0  # SMs the split-KV decode kernel plans its splits for (0: none)
     max_graph_batch: int = 0  # decode-only iterations of up to this many rows replay a CUDA
     # graph (0: the engine has none, every iteration is launched eagerly)
+    max_graph_tokens: int = 0  # tokens: iterations with prefill chunks of up to this many replay
+    # a CUDA graph padded to their token bucket (0, or no decode graphs: launched eagerly)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -92,6 +97,7 @@ class EngineTimeParams:
             raise ConfigError("decode_kv", self.decode_kv, f"one of {', '.join(DECODE_KV_MODES)}")
         check_positive("shape_granularity", self.shape_granularity, allow_zero=True)
         check_positive("max_graph_batch", self.max_graph_batch, allow_zero=True)
+        check_positive("max_graph_tokens", self.max_graph_tokens, allow_zero=True)
         check_positive("decode_split_sms", self.decode_split_sms, allow_zero=True)
         check_positive("kv_programs", self.kv_programs, allow_zero=True)
 
@@ -188,7 +194,8 @@ class EngineTimeModel:
     def device_s(self, f: IterationFeatures) -> np.ndarray:
         p, w = self.params, self.work
         stream = w.weight_bytes / (w.hbm_bandwidth * p.weight_efficiency)
-        dense = ((w.flops_per_token * f.num_tokens + w.flops_per_sample * f.num_sampled)
+        tokens = np.maximum(f.num_tokens, self.graph_tokens(f))
+        dense = ((w.flops_per_token * tokens + w.flops_per_sample * f.num_sampled)
                  / (w.peak_flops * p.compute_efficiency))
         kv = f.kv_padded if p.decode_kv == "padded" else f.kv_paged
         if p.decode_split_sms > 0 and p.kv_programs > 0.0:
@@ -199,12 +206,26 @@ class EngineTimeModel:
                      + w.kv_bytes_per_token * kv / (w.hbm_bandwidth * p.kv_efficiency))
         return np.maximum(stream, dense) + attention + p.device_floor_s
 
+    def graph_tokens(self, f: IterationFeatures) -> np.ndarray:
+        """Per iteration no decode graph serves, the token bucket of the graph replaying it
+        (0: launched eagerly, or served by a decode graph)."""
+        p = self.params
+        if p.max_graph_batch <= 0 or p.max_graph_tokens <= 0:
+            return np.zeros_like(f.num_tokens)
+        other = (f.num_prefill > 0) | (f.num_seqs > p.max_graph_batch)
+        bucket = mixed_graph_tokens(f.num_tokens.astype(np.int64),
+                                    f.num_prefill.astype(np.int64),
+                                    (f.num_seqs - f.num_prefill).astype(np.int64),
+                                    p.max_graph_tokens, p.max_graph_batch)
+        return np.where(other, bucket, 0).astype(np.float64)
+
     def eager(self, f: IterationFeatures) -> np.ndarray:
         """1.0 for iterations launched kernel by kernel, 0.0 for CUDA-graph replays."""
         limit = self.params.max_graph_batch
         if limit <= 0:
             return np.ones_like(f.num_seqs)
-        return ((f.num_prefill > 0) | (f.num_seqs > limit)).astype(np.float64)
+        other = (f.num_prefill > 0) | (f.num_seqs > limit)
+        return (other & (self.graph_tokens(f) == 0)).astype(np.float64)
 
     def host_s(self, f: IterationFeatures) -> np.ndarray:
         p = self.params
@@ -214,7 +235,7 @@ class EngineTimeModel:
         if p.max_graph_batch > 0 and p.eager_host_s > 0.0:
             host = host + p.eager_host_s * self.eager(f)
         if p.mixed_host_s > 0.0:
-            mixed = (f.num_prefill > 0) & (f.num_seqs > f.num_prefill)
+            mixed = (f.num_prefill > 0) & (f.num_seqs > f.num_prefill) & (self.eager(f) > 0)
             host = host + p.mixed_host_s * mixed
         return host
 

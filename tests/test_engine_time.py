@@ -189,3 +189,29 @@ def test_split_plan_is_the_kernels_and_a_lopsided_decode_batch_waits_for_its_lon
     assert one_iteration_s(dataclasses.replace(split, kv_programs=0.0), (1,) * 6,
                            (9000,) + (600,) * 5) == pytest.approx(
         one_iteration_s(dataclasses.replace(split, kv_programs=0.0), (1,) * 6, (2000,) * 6))
+
+
+def test_token_buckets_pad_under_an_eighth_beyond_256_tokens():
+    from sim.graph_plan import token_bucket, token_buckets
+
+    sizes = token_buckets(2048)
+    assert sizes[:3] == [16, 32, 48] and sizes[-1] == 2048 and len(sizes) == 40
+    for n in range(257, 2049):
+        assert (token_bucket(n, 2048) - n) / n < 1 / 8
+    assert token_bucket(2049, 2048) == 0 and token_buckets(0) == []
+
+
+def test_mixed_graph_replays_skip_the_launches_and_compute_the_bucket_padding():
+    """With max_graph_tokens, an iteration with a prefill chunk replays a graph: no eager or
+    mixed launch cost, and its dense layers run on the bucket's tokens (41 -> 48)."""
+    graphs = dataclasses.replace(GRAPHS, max_graph_tokens=64)
+    model = EngineTimeModel(graphs, WORK)
+    mixed = step_iteration_features(Step(0, (0, 1), (1, 40), (100, 0), (True, True)), 1)
+    assert model.eager(mixed)[0] == 0.0 and model.graph_tokens(mixed)[0] == 48
+    assert model.host_s(mixed)[0] == pytest.approx(1e-3)
+    padded = step_iteration_features(Step(0, (0, 1), (1, 47), (100, 0), (True, True)), 1)
+    np.testing.assert_allclose(model.device_s(mixed), model.device_s(padded) - (
+        WORK.flops_per_pair * (47 * 48 - 40 * 41) / 2 / (WORK.peak_flops
+                                                          * graphs.attention_efficiency)))
+    big = step_iteration_features(Step(0, (0,), (65,), (0,), (True,)), 1)
+    assert model.eager(big)[0] == 1.0 and model.graph_tokens(big)[0] == 0

@@ -450,6 +450,18 @@ def test_interpreted_decode_kernel(kernels, dtype, block_size, splits):
     assert torch.equal(got[2], torch.zeros_like(got[2]))  # the padding row
 
 
+@pytest.mark.parametrize("active", [1, 2, 8])
+def test_interpreted_decode_kernel_with_runtime_splits_of_a_wider_grid(kernels, active):
+    """A graph captured with 8 splits runs the plan of its batch: `active` of them share the
+    keys, the rest find none; the result is the reference's, a padding row stays zero."""
+    c = decode_case(16, torch.float32)
+    got = kernels["attention_decode"].paged_decode_attention(
+        *decode_args(c), 8, block_n=16, active_splits=torch.tensor([active], dtype=torch.int32))
+    want = reference.paged_decode_attention(*decode_args(c))
+    torch.testing.assert_close(got, want, atol=ATOL[torch.float32], rtol=ATOL[torch.float32])
+    assert torch.equal(got[2], torch.zeros_like(got[2]))
+
+
 @pytest.mark.parametrize("heads,head_dim", [((8, 1), 24), ((2, 2), 16)])
 def test_interpreted_decode_kernel_groups_and_padded_head_dims(kernels, heads, head_dim):
     c = decode_case(16, torch.float16, heads, head_dim, lens=(33, 0, 5))

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from real.cuda_graphs import DecodeGraphs, capture_sizes  # noqa: E402
 from real.executor import TorchExecutor  # noqa: E402
+from real.mixed_graphs import MixedGraphs  # noqa: E402
 from real.init_hash import hash_uniform_, hash_uniform_numpy  # noqa: E402
 from real.model import hf_parameter_views  # noqa: E402
 from real.weights import INIT_STD  # noqa: E402
@@ -121,3 +122,66 @@ def test_random_weights_are_the_hash_of_name_and_index_on_any_device():
     hash_uniform_(big, 99, 0.02)
     np.testing.assert_array_equal(big.numpy(), hash_uniform_numpy(big.numel(), 99, 0.02))
     assert abs(float(big.std()) - 0.02) < 1e-4 and abs(float(big.mean())) < 1e-4
+
+
+def mixed_engine(max_tokens: int, max_rows: int = 8, num_sms: int = 1) -> TorchExecutor:
+    """A CPU engine whose iterations with prefill chunks go through the mixed graphs' buffers,
+    run eagerly (`num_sms` sets the split-KV plan the graphs follow)."""
+    ex = graph_engine(max_batch=max_rows)
+    ex.backend.num_sms = num_sms
+    ex.runner.mixed = MixedGraphs(ex.model, ex.cache.kv, ex.backend, ex.device, max_tokens,
+                                  max_rows, 4096 // 16)
+    return ex
+
+
+def run_schedule(ex: TorchExecutor) -> None:
+    """Prompts alone, then a chunk after context beside decodes and a fresh prompt, then
+    decodes: the shapes a chunked-prefill scheduler produces."""
+    ex.execute(Step(0, (1, 2, 3), (37, 5, 90), (0, 0, 0), (True,) * 3, num_iterations=2))
+    ex.execute(Step(0, (1, 2, 3, 4), (1, 1, 20, 29), (38, 6, 91, 0), (True, True, False, True),
+                    num_iterations=1))
+    ex.execute(Step(0, (1, 4), (1, 3), (39, 29), (True, True), num_iterations=1))
+
+
+@pytest.mark.parametrize("num_sms", [1, 64])
+def test_mixed_graph_buffers_compute_the_same_tokens_as_eager_iterations(num_sms):
+    eager, graphs = engine("paged"), mixed_engine(max_tokens=256, num_sms=num_sms)
+    for ex in (eager, graphs):
+        run_schedule(ex)
+    for rid, n in ((1, 41), (2, 7), (3, 111), (4, 33)):
+        np.testing.assert_array_equal(graphs.tokens.get(rid, 0, n), eager.tokens.get(rid, 0, n))
+    mixed = graphs.runner.mixed
+    assert mixed.key(np.array([1, 1, 20, 29])) == (64, num_sms > 1)  # few decodes: split plan
+    assert mixed.key(np.array([37, 5, 90])) == (144, False)  # no decode: the plain graph
+
+
+def test_mixed_graphs_leave_too_many_tokens_or_chunks_to_eager_iterations():
+    mixed = mixed_engine(max_tokens=64, max_rows=4).runner.mixed
+    assert mixed.buckets == [16, 32, 48, 64]
+    assert mixed.key(np.array([40, 25])) is None  # 65 tokens
+    assert mixed.key(np.array([2] * 8)) == (16, False)
+    assert mixed.key(np.array([1] * 5 + [3])) is None  # 5 decode rows > max_rows
+    assert mixed.sizes((16, False)) == (16, 4, 9, 1 + 9)
+    wide = mixed_engine(max_tokens=256).runner.mixed
+    assert wide.key(np.array([2] * 64)) == (128, False)
+    assert wide.key(np.array([2] * 65)) is None  # more chunks than any graph holds (64)
+
+
+def test_the_time_model_prices_the_graphs_the_engine_replays():
+    """For random schedules, the engine's graph choice (decode graph, mixed bucket or eager) is
+    the one `sim/engine_time.py` prices (`sim/graph_plan.py` on both sides)."""
+    from sim.engine_time import EngineTimeModel, EngineTimeParams, step_iteration_features
+
+    ex = mixed_engine(max_tokens=128, max_rows=8)
+    model = EngineTimeModel(EngineTimeParams(max_graph_batch=8, max_graph_tokens=128), None)
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n = rng.choice([1, 1, 1, 2, 7, 30, 90], size=int(rng.integers(1, 12)))
+        step = Step(0, tuple(range(len(n))), tuple(int(x) for x in n), (5,) * len(n),
+                    (True,) * len(n))
+        f = step_iteration_features(step, 1)
+        key = ex.runner.mixed.key(n)
+        decode_graph = ex.runner._graphable(n)
+        want = 0 if decode_graph or key is None else key[0]
+        assert model.graph_tokens(f)[0] == want
+        assert model.eager(f)[0] == float(not decode_graph and key is None)

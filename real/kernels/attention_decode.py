@@ -16,7 +16,9 @@ With NUM_SPLITS == 1 stage 1 writes the output directly and stage 2 is skipped.
 Split ranges are computed in-kernel from seq_lens (each split gets cdiv(seq_len, NUM_SPLITS)
 keys rounded up to BLOCK_N), so the grid depends only on shapes and the caller's NUM_SPLITS and
 one CUDA graph serves any context lengths. A row with seq_len 0 (padding) reads nothing, not
-even its query, and its output is zeros.
+even its query, and its output is zeros. With `active_splits` (an int32 device scalar, at most
+NUM_SPLITS) only that many splits share each row's keys and the rest find no key: a graph
+captured with the widest grid then runs whatever split plan its batch has.
 """
 
 from __future__ import annotations
@@ -31,16 +33,22 @@ from real.kernels.attention_common import kv_offsets
 
 @triton.jit
 def _decode_split_kernel(q_ptr, k_ptr, v_ptr, table_ptr, seq_lens_ptr, qidx_ptr, out_ptr,
-                         part_out_ptr, part_lse_ptr, qk_scale, stride_qt, stride_qh, stride_tb,
+                         part_out_ptr, part_lse_ptr, active_ptr, qk_scale, stride_qt, stride_qh,
+                         stride_tb,
                          stride_cb, stride_co, stride_ch, stride_ob, stride_oh,
                          NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
                          HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                         BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, PREC: tl.constexpr):
+                         BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, PREC: tl.constexpr,
+                         RUNTIME_SPLITS: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + row).to(tl.int32)
-    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N  # keys
+    if RUNTIME_SPLITS:
+        active = tl.load(active_ptr).to(tl.int32)  # splits in use, <= NUM_SPLITS
+        per_split = tl.cdiv(tl.cdiv(seq_len, active), BLOCK_N) * BLOCK_N  # keys
+    else:
+        per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N  # keys
     start = split * per_split
     end = tl.minimum(start + per_split, seq_len)
     g = tl.arange(0, GROUP_PAD)
@@ -108,9 +116,11 @@ def launch_config(head_dim: int, dtype: torch.dtype) -> tuple[int, int]:
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, seq_lens: torch.Tensor,
                            query_index: torch.Tensor, scale: float, num_splits: int,
-                           block_n: int | None = None) -> torch.Tensor:
+                           block_n: int | None = None,
+                           active_splits: torch.Tensor | None = None) -> torch.Tensor:
     """Attention [B, Hq, D] of decode rows (see `reference.paged_decode_attention`); `block_n`
-    overrides the key tile (tokens, a power of two >= 16)."""
+    overrides the key tile (tokens, a power of two >= 16); `active_splits` (int32 [1] on the
+    device, 1..num_splits) sets how many of the grid's `num_splits` splits share the keys."""
     rows, n_heads, dim = block_tables.shape[0], q.shape[1], q.shape[2]
     n_kv = k_cache.shape[2]
     if k_cache.stride() != v_cache.stride() or q.stride(-1) != 1 or k_cache.stride(-1) != 1:
@@ -129,13 +139,15 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         part_out = torch.empty(rows, n_heads, splits, dim, dtype=torch.float32, device=q.device)
         part_lse = torch.empty(rows, n_heads, splits, dtype=torch.float32, device=q.device)
     d_pad = head_dim_pad(dim)
+    runtime = active_splits is not None and splits > 1
     _decode_split_kernel[(rows, n_kv, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, query_index, out, part_out, part_lse,
-        scale * LOG2E, q.stride(0), q.stride(1), block_tables.stride(0), k_cache.stride(0),
+        active_splits if runtime else seq_lens, scale * LOG2E, q.stride(0), q.stride(1),
+        block_tables.stride(0), k_cache.stride(0),
         k_cache.stride(1), k_cache.stride(2), out.stride(0), out.stride(1), NUM_HEADS=n_heads,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=dim,
         D_PAD=d_pad, BLOCK_SIZE=k_cache.shape[1], BLOCK_N=block_n, NUM_SPLITS=splits,
-        PREC=dot_precision(q.dtype), num_warps=num_warps, num_stages=2)
+        PREC=dot_precision(q.dtype), RUNTIME_SPLITS=runtime, num_warps=num_warps, num_stages=2)
     if splits > 1:
         _decode_reduce_kernel[(rows, n_heads)](
             part_out, part_lse, out, out.stride(0), out.stride(1), NUM_HEADS=n_heads,

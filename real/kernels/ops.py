@@ -116,13 +116,15 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, seq_lens: torch.Tensor,
                            query_index: torch.Tensor, scale: float,
-                           num_splits: int = 1) -> torch.Tensor:
+                           num_splits: int = 1,
+                           active_splits: torch.Tensor | None = None) -> torch.Tensor:
     """Decode rows' attention [B, Hq, D]; see `reference.paged_decode_attention`. `num_splits`
-    (a Python int, e.g. from `choose_num_splits`) fixes the kernel's split-KV grid."""
+    (a Python int, e.g. from `choose_num_splits`) fixes the kernel's split-KV grid;
+    `active_splits` (int32 [1] on the device) how many of them share the keys (a graph's plan)."""
     args = (q, k_cache, v_cache, block_tables, seq_lens, query_index, scale, num_splits)
     if _kernels(q):
         from real.kernels import attention_decode
-        return attention_decode.paged_decode_attention(*args)
+        return attention_decode.paged_decode_attention(*args, active_splits=active_splits)
     return reference.paged_decode_attention(*args)
 
 

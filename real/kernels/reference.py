@@ -71,13 +71,14 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, seq_lens: torch.Tensor,
                            query_index: torch.Tensor, scale: float,
-                           num_splits: int = 1) -> torch.Tensor:
+                           num_splits: int = 1,
+                           active_splits: torch.Tensor | None = None) -> torch.Tensor:
     """Attention [B, Hq, D] of decode rows: row b's query q[query_index[b]] over its seq_lens[b]
     cached keys. A row with seq_len 0 is padding: its output is zeros. Softmax in fp32.
 
     Keys past a row's length are masked in the scores and zeroed in the values, so stale or
     non-finite cache contents there cannot leak in. `num_splits` (the Triton kernel's split-KV
-    count) does not change the result and is ignored here.
+    count) and `active_splits` do not change the result and are ignored here.
     """
     rows, hq, dim = block_tables.shape[0], q.shape[1], q.shape[2]
     bs, hkv = k_cache.shape[1], k_cache.shape[2]
