@@ -72,6 +72,6 @@ phase profile $PY -m real.profile --model llama-2-7b --device cuda --dtype bf16 
 phase calibrate $PY -m real.calibrate "$OUT/profile.csv" --gpu "$GPU" --out "$OUT/calibration.json"
 phase validate $PY -m experiments.validate experiments/configs/validate_gpu.yaml \
   --calibration "$OUT/calibration.json" --out "$OUT/validate" --set "cluster.gpu=$GPU"
-phase refit $PY -m real.calibrate "$OUT/profile.csv" --gpu "$GPU" --no-learned \
+phase refit timeout 120 $PY -m real.calibrate "$OUT/profile.csv" --gpu "$GPU" --no-learned \
   --steps "$OUT"/validate/runs/*__real --out "$OUT/calibration_steps.json"
 $PY -m real.check_report "$OUT"

@@ -191,10 +191,11 @@ class EngineTimeModel:
         self.params = params  # fitted constants
         self.work = work  # bytes and FLOPs of the deployment
 
-    def device_s(self, f: IterationFeatures) -> np.ndarray:
+    def device_s(self, f: IterationFeatures, graph: np.ndarray | None = None) -> np.ndarray:
+        """Device seconds of each iteration (`graph`: `graph_tokens(f)`, if already known)."""
         p, w = self.params, self.work
         stream = w.weight_bytes / (w.hbm_bandwidth * p.weight_efficiency)
-        tokens = np.maximum(f.num_tokens, self.graph_tokens(f))
+        tokens = np.maximum(f.num_tokens, self.graph_tokens(f) if graph is None else graph)
         dense = ((w.flops_per_token * tokens + w.flops_per_sample * f.num_sampled)
                  / (w.peak_flops * p.compute_efficiency))
         kv = f.kv_padded if p.decode_kv == "padded" else f.kv_paged
@@ -213,35 +214,42 @@ class EngineTimeModel:
         if p.max_graph_batch <= 0 or p.max_graph_tokens <= 0:
             return np.zeros_like(f.num_tokens)
         other = (f.num_prefill > 0) | (f.num_seqs > p.max_graph_batch)
-        bucket = mixed_graph_tokens(f.num_tokens.astype(np.int64),
-                                    f.num_prefill.astype(np.int64),
-                                    (f.num_seqs - f.num_prefill).astype(np.int64),
+        bucket = mixed_graph_tokens(f.num_tokens, f.num_prefill, f.num_seqs - f.num_prefill,
                                     p.max_graph_tokens, p.max_graph_batch)
         return np.where(other, bucket, 0).astype(np.float64)
 
-    def eager(self, f: IterationFeatures) -> np.ndarray:
+    def eager(self, f: IterationFeatures, graph: np.ndarray | None = None) -> np.ndarray:
         """1.0 for iterations launched kernel by kernel, 0.0 for CUDA-graph replays."""
         limit = self.params.max_graph_batch
         if limit <= 0:
             return np.ones_like(f.num_seqs)
         other = (f.num_prefill > 0) | (f.num_seqs > limit)
-        return (other & (self.graph_tokens(f) == 0)).astype(np.float64)
+        if self.params.max_graph_tokens <= 0:
+            return other.astype(np.float64)
+        graph = self.graph_tokens(f) if graph is None else graph
+        return (other & (graph == 0)).astype(np.float64)
 
-    def host_s(self, f: IterationFeatures) -> np.ndarray:
+    def host_s(self, f: IterationFeatures, graph: np.ndarray | None = None) -> np.ndarray:
+        """Host seconds of each iteration (`graph`: `graph_tokens(f)`, if already known)."""
         p = self.params
+        if p.max_graph_tokens > 0 and graph is None and (p.eager_host_s > 0.0
+                                                         or p.mixed_host_s > 0.0):
+            graph = self.graph_tokens(f)
         host = (p.iteration_host_s + p.per_seq_host_s * f.num_seqs
                 + p.per_chunk_host_s * np.maximum(f.num_prefill - 1.0, 0.0)
                 + p.step_host_s * f.first)
         if p.max_graph_batch > 0 and p.eager_host_s > 0.0:
-            host = host + p.eager_host_s * self.eager(f)
+            host = host + p.eager_host_s * self.eager(f, graph)
         if p.mixed_host_s > 0.0:
-            mixed = (f.num_prefill > 0) & (f.num_seqs > f.num_prefill) & (self.eager(f) > 0)
+            mixed = (f.num_prefill > 0) & (f.num_seqs > f.num_prefill) & (self.eager(f, graph)
+                                                                          > 0)
             host = host + p.mixed_host_s * mixed
         return host
 
     def times(self, f: IterationFeatures) -> np.ndarray:
         """Seconds of each iteration (without first-run shape costs)."""
-        host, device = self.host_s(f), self.device_s(f)
+        graph = self.graph_tokens(f)
+        host, device = self.host_s(f, graph), self.device_s(f, graph)
         p = self.params.overlap
         gap = self.params.sync_host_s * f.synced
         if p == 1.0:

@@ -55,15 +55,11 @@ def mixed_graph_tokens(num_tokens: np.ndarray, num_chunks: np.ndarray, num_decod
                        max_tokens: int, max_rows: int) -> np.ndarray:
     """Per iteration, the bucket its mixed graph pads it to, or 0 where it runs eagerly (no
     bucket holds its tokens, or it has more chunks or decode rows than the bucket's graph)."""
-    tokens = np.asarray(num_tokens, dtype=np.int64)
-    out = np.zeros(tokens.shape, dtype=np.int64)
+    tokens = np.asarray(num_tokens)
     if max_tokens <= 0 or tokens.size == 0:
-        return out
-    sizes = np.array(token_buckets(max_tokens), dtype=np.int64)
-    idx = np.searchsorted(sizes, tokens)
-    fits = idx < len(sizes)
-    bucket = np.where(fits, sizes[np.minimum(idx, len(sizes) - 1)], 0)
-    chunk_cap = np.minimum(bucket // 2, MAX_GRAPH_CHUNKS)
-    fits &= (np.asarray(num_chunks) <= chunk_cap) & (np.asarray(num_decodes)
-                                                      <= np.minimum(bucket, max_rows))
+        return np.zeros(tokens.shape, dtype=np.int64)
+    sizes = np.array(token_buckets(max_tokens) + [0], dtype=np.int64)  # 0: past the last
+    bucket = sizes[np.searchsorted(sizes[:-1], tokens)]
+    fits = ((np.asarray(num_chunks) <= np.minimum(bucket // 2, MAX_GRAPH_CHUNKS))
+            & (np.asarray(num_decodes) <= np.minimum(bucket, max_rows)))
     return np.where(fits, bucket, 0)
