@@ -24,7 +24,7 @@ from experiments.workload_config import INF_RATE, clients_at_rate, parse_rate
 from experiments.workload_config import (SyntheticWorkload, TraceWorkload, WorkloadConfig,
                                          sessions_at_rate, workload_from_dict)
 from policies.kv_tier_config import check_kv_tiers_cluster
-from policies.prefix_caching import check_prefix_caching_backend
+from policies.prefix_caching import check_cluster_model_causal, check_prefix_caching_backend
 from sim.admission import AdmissionConfig
 from sim.cluster import ClusterSpec
 from sim.errors import ConfigError
@@ -108,6 +108,7 @@ class ExperimentConfig:
             config = entry.resolve(f"policies[{i}]")
             cluster = self.cluster_for(entry, f"policies[{i}].cluster")
             check_prefix_caching_backend(config, cluster.backend, f"policies[{i}].params")
+            check_cluster_model_causal(config, cluster.model, f"policies[{i}].params")
             check_kv_tiers_cluster(config, cluster, f"policies[{i}].params")
             check_draft(config, cluster, f"policies[{i}]")
             check_policy_build(entry.name, config, cluster, f"policies[{i}]")

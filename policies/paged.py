@@ -46,7 +46,7 @@ from policies.kv_tiers import build_kv_tiers
 from policies.paged_decode import DecodeBatch, extra_blocks, jump_iterations
 from policies.paged_instance import PagedInstance
 from policies.paged_prefix_jumps import PrefixJumps
-from policies.prefix_caching import PrefixCaching
+from policies.prefix_caching import PrefixCaching, check_causal_model
 from policies.speculative import build_speculator, check_speculative
 from policies.routing import InstanceLoad, build_router, check_router
 from policies.swap import swap_out
@@ -98,6 +98,8 @@ class PagedPolicy(PrefixJumps, Policy):
             if info.kv_capacity_tokens < bs:
                 raise ConfigError("block_size", bs, f"larger than instance {info.instance_id}'s "
                                   f"KV capacity of {info.kv_capacity_tokens} tokens")
+        for info in self.instances:  # prefix-LM models: no prefix KV reuse
+            check_causal_model(self.config, info.model_name, info.causal)
         caching = self.config.enable_prefix_caching
         self.state = [PagedInstance(make_block_manager(info.kv_capacity_tokens // bs, bs, wm,
                                                        caching), max_num_seqs=self.seq_limit(info))

@@ -105,6 +105,43 @@ REAL_BACKEND_WHY = ("the real torch backend keeps its own KV per request (synthe
                     "blocks; use backend: sim")
 
 
+PREFIX_ROUTERS = ("cache_aware",)  # routers that score instances by their cached prefixes
+
+
+def check_causal_model(config: object, model_name: str, causal: bool, where: str = "") -> None:
+    """ConfigError naming the model and the field when a policy config reuses prompt-prefix KV
+    (`enable_prefix_caching`, or a router that scores cached prefixes) on a prefix-LM model
+    (`ModelSpec.causal` false: GLM-1's bidirectional prompt), whose prefix KV depends on the
+    rest of the prompt and so is never the same in two requests. `where` prefixes the field."""
+    if causal:
+        return
+    why = (f"{model_name or 'the model'} is a prefix-LM (ModelSpec.causal = false: its prompt "
+           f"attends bidirectionally, so a prefix's KV depends on the whole prompt and cannot "
+           f"be reused across requests)")
+    prefix = f"{where}." if where else ""
+    if getattr(config, "enable_prefix_caching", False) is True:
+        raise ConfigError(f"{prefix}enable_prefix_caching", True,
+                          f"{why}; set enable_prefix_caching: false")
+    router = getattr(config, "router", None)
+    if router in PREFIX_ROUTERS:
+        raise ConfigError(f"{prefix}router", router, f"{why}: no instance holds a reusable "
+                          f"prefix for it to weigh; use least_loaded or session_affinity")
+
+
+def check_cluster_model_causal(config: object, model: str, where: str) -> None:
+    """`check_causal_model` for a config's `cluster.model` (a name or config path), at config
+    load; a model that does not resolve is left to the cluster's own checks."""
+    if getattr(config, "enable_prefix_caching", False) is not True \
+            and getattr(config, "router", None) not in PREFIX_ROUTERS:
+        return
+    from sim.models import resolve_model  # lazy: a path reads its config.json
+    try:
+        spec = resolve_model(model)
+    except ConfigError:
+        return  # reported, by its own field, where the cluster is built
+    check_causal_model(config, spec.name, spec.causal, where)
+
+
 def check_prefix_caching_backend(config: object, backend: str, where: str) -> None:
     """ConfigError when a policy config enables prefix caching on the real backend."""
     if backend == "real" and getattr(config, "enable_prefix_caching", False):

@@ -22,8 +22,9 @@ _DEEPSEEK_V3_MOE = MoESpec(256, 8, 2048, 58, shared_intermediate_size=2048)
 _DEEPSEEK_V3_MLA = MLASpec(1536, 512, 128, 64, 128)
 
 BUILTIN_MODELS: tuple[ModelSpec, ...] = (
+    # GLM-1 is a prefix-LM: the prompt attends bidirectionally, so its KV is never reused
     ModelSpec("chatglm-6b", 28, 4096, 32, 32, 128, 16384, 130528, gated_mlp=False,
-              tie_word_embeddings=True, max_position_embeddings=2048),
+              tie_word_embeddings=True, max_position_embeddings=2048, causal=False),
     ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000, max_position_embeddings=4096),
     ModelSpec("llama-2-13b", 40, 5120, 40, 40, 128, 13824, 32000, max_position_embeddings=4096),
     ModelSpec("llama-2-70b", 80, 8192, 64, 8, 128, 28672, 32000, max_position_embeddings=4096),
@@ -65,6 +66,13 @@ BUILTIN_MODELS: tuple[ModelSpec, ...] = (
     ModelSpec("gemma-2-27b", 46, 4608, 32, 16, 128, 36864, 256000, tie_word_embeddings=True,
               max_position_embeddings=8192, sliding_window=4096,
               num_sliding_layers=23),  # 27.2 B
+    # Falcon (tests/fixtures/models/falcon-*): GELU MLP of 4 x hidden, no gate, tied embeddings,
+    # parallel attention; 7B multi-query (1 KV head), 40B grouped (8 KV heads). The cards'
+    # 7.22 B and 41.8 B count the checkpoint's stored copy of the tied lm_head
+    ModelSpec("falcon-7b", 32, 4544, 71, 1, 64, 18176, 65024, gated_mlp=False,
+              tie_word_embeddings=True, max_position_embeddings=2048),  # 6.92 B
+    ModelSpec("falcon-40b", 60, 8192, 128, 8, 64, 32768, 65024, gated_mlp=False,
+              tie_word_embeddings=True, max_position_embeddings=2048),  # 41.30 B
     # small Llama-tokenizer models used as speculative-decoding drafts
     ModelSpec("llama-68m", 2, 768, 12, 12, 64, 3072, 32000, max_position_embeddings=2048),
     ModelSpec("tinyllama-1.1b", 22, 2048, 32, 4, 64, 5632, 32000, max_position_embeddings=2048),
@@ -114,6 +122,8 @@ ALIASES: Mapping[str, str] = MappingProxyType({
     "mistralai/mistral-small-24b-base-2501": "mistral-small-24b",
     "google/gemma-2-9b": "gemma-2-9b", "google/gemma-2-9b-it": "gemma-2-9b",
     "google/gemma-2-27b": "gemma-2-27b", "google/gemma-2-27b-it": "gemma-2-27b",
+    "tiiuae/falcon-7b": "falcon-7b", "tiiuae/falcon-7b-instruct": "falcon-7b",
+    "tiiuae/falcon-40b": "falcon-40b", "tiiuae/falcon-40b-instruct": "falcon-40b",
     "jackfram/llama-68m": "llama-68m",
     "tinyllama/tinyllama-1.1b-chat-v1.0": "tinyllama-1.1b", "tinyllama-1.1b-chat": "tinyllama-1.1b",
     "mistralai/mixtral-8x7b-v0.1": "mixtral-8x7b",

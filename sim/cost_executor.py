@@ -78,10 +78,11 @@ class CostModelExecutor:
 
     def instance_info(self, instance_id: int) -> InstanceInfo:
         """What a policy may know about this instance."""
-        gpu = self.cost_model.deployment.gpu
+        gpu, model = self.cost_model.deployment.gpu, self.cost_model.deployment.model
         return InstanceInfo(instance_id, self._capacity, self.name, self.has_draft,
                             self.kv_bytes_per_token, self.num_layers, gpu_name=gpu.name,
-                            gpu_memory_bytes=gpu.memory_bytes, kv_links=self.kv_links)
+                            gpu_memory_bytes=gpu.memory_bytes, kv_links=self.kv_links,
+                            model_name=model.name, causal=model.causal)
 
     def _first_oom_iteration(self, first_kv: int, num_seqs: int, num_iterations: int) -> int:
         """1-based iteration whose KV footprint first exceeds capacity, or 0 if none does."""

@@ -158,6 +158,9 @@ class InstanceInfo:
     # the instance's engine model a policy may query before serving (memory in bytes, batch
     # times; sim.hf_static.HFStaticExecutor), None for engines that offer none
     engine: Any = field(default=None, compare=False)
+    model_name: str = ""  # the served model's name, e.g. "chatglm-6b"; "": unknown
+    causal: bool = True  # the served model is causal (ModelSpec.causal): its prefix KV can be
+    # reused across requests; False: a prefix-LM, whose prefix caching is refused
 
 
 def info_of(executor: Any, instance_id: int) -> InstanceInfo:

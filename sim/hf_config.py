@@ -34,7 +34,8 @@ FIELD = "model.config"  # error field prefix: a key of the model's config.json
 # model types whose config.json keys model_from_config_dict reads correctly
 SUPPORTED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen", "qwen2", "qwen3", "chatglm",
                                    "gpt_neox", "opt", "gpt2", "internlm", "internlm2",
-                                   "baichuan", "yi", "gemma"})
+                                   "baichuan", "yi", "gemma", "falcon", "refinedweb",
+                                   "refinedwebmodel"})  # falcon: sim/falcon_config.py
 # keys that announce a mixture-of-experts MLP when set to a non-zero value
 MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts",
             "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",

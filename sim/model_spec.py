@@ -37,10 +37,16 @@ class ModelSpec:
     sliding_window: int | None = None  # tokens a sliding-window layer attends over (None: no
     # layer has a window; every layer attends over the whole sequence)
     num_sliding_layers: int = 0  # layers that attend over `sliding_window` tokens only
+    causal: bool = True  # True: every token attends to earlier tokens only, so a prompt
+    # prefix's KV is the same in any request and can be reused; False: a prefix-LM (GLM-1:
+    # bidirectional attention over the whole prompt), whose prefix KV depends on the rest of
+    # the prompt and is never reused across requests (prefix caching is refused)
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("name", self.name, "model name must be non-empty")
+        if not isinstance(self.causal, bool):
+            raise ConfigError("causal", self.causal, "must be true or false")
         for field in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
                       "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings"):
             value = getattr(self, field)

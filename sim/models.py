@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from sim.builtin_models import ALIASES, BUILTIN_MODELS
 from sim.errors import ConfigError
+from sim.falcon_config import is_falcon, with_falcon_defaults
 from sim.hf_config import (CONTEXT_KEYS, FIELD as HF_FIELD, MOE_LAYOUTS,
                             check_moe_representable, check_representable,
                             check_some_moe_layer, config_file, read_config)
@@ -79,7 +80,7 @@ def _attention_shape(cfg: Mapping[str, Any], heads: int, hidden: int,
 
 def model_from_config_dict(cfg: Mapping[str, Any], name: str,
                            source: str | None = None, *, allow_moe: bool = False) -> ModelSpec:
-    """Map an HF config dict (Llama, Mistral, Qwen, Qwen2, ChatGLM, GPT-style; with allow_moe
+    """Map an HF config dict (Llama, Mistral, Qwen, Qwen2, ChatGLM, Falcon, GPT-style; with allow_moe
     also Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3) to a ModelSpec; a config the spec cannot
     represent (an MoE or MLA layout without allow_moe, sliding window, ...) is a ConfigError.
     The real engine runs dense models only and calls this without allow_moe."""
@@ -89,6 +90,8 @@ def model_from_config_dict(cfg: Mapping[str, Any], name: str,
         check_moe_representable(cfg, source or name)
     else:
         check_representable(cfg, source or name)
+    if is_falcon(cfg):
+        cfg = with_falcon_defaults(cfg)  # KV heads from Falcon's flags, its 2,048-token context
     hidden = _int(cfg, ("hidden_size", "n_embd", "d_model"))
     heads = _int(cfg, ("num_attention_heads", "n_head"))
     layers = _int(cfg, ("num_hidden_layers", "num_layers", "n_layer"))
@@ -109,7 +112,8 @@ def model_from_config_dict(cfg: Mapping[str, Any], name: str,
         vocab_size=_int(cfg, ("padded_vocab_size", "vocab_size")), gated_mlp=gated,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings",
                                          model_type not in UNTIED_MODEL_TYPES)),
-        max_position_embeddings=_int(cfg, CONTEXT_KEYS), moe=moe, mla=mla)
+        max_position_embeddings=_int(cfg, CONTEXT_KEYS), moe=moe, mla=mla,
+        causal=not (model_type == "chatglm" and "ffn_hidden_size" not in cfg))  # GLM-1: prefix-LM
 
 
 def model_config_file(name_or_path: str | Path) -> Path | None:
