@@ -8,6 +8,8 @@
     cost_model: {kind: roofline}                     # the roofline (the default before issue 12)
     cost_model: {step_overhead_s: 1e-3}              # roofline fields alone imply kind: roofline
     cost_model: {kind: stage, frontend_s: 0.02}      # any kind: + a frontend's latency per request
+    cost_model: {sampler: hf}                        # stage / profile: the sampler's build
+    cost_model: {score_buffer: {max_prefill_tokens: 2048}}   # stage: no FlashAttention
     cost_model: {calibration: FILE}                  # servesim calibrate's fitted options
 
 `stage` (sim/stage_model.py) gives each stage (GEMMs, attention prefill / decode, all-reduce,
@@ -23,17 +25,20 @@ step cost: the seconds a request spends outside the engine, added to its TTFT an
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any, Mapping
 
 from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
 from sim.errors import ConfigError
 from sim.frontend import frontend_of
+from sim.sampler_cost import check_sampler
+from sim.score_buffer import score_buffer_of
 
 KINDS = ("roofline", "stage", "profile")  # cluster.cost_model.kind values
-CHOICE_KEYS = ("kind", "profiles", "params", "host", "frontend_s", "attention")  # cost_model
-# keys that are not step-cost fields (frontend_s: sim/frontend.py; attention: the kernel set,
-# sim/attention_kernels.py)
+CHOICE_KEYS = ("kind", "profiles", "params", "host", "frontend_s", "attention", "sampler",
+               "score_buffer")  # cost_model keys that are not step-cost fields (frontend_s:
+# sim/frontend.py; attention: the kernel set, sim/attention_kernels.py; sampler:
+# sim/sampler_cost.py; score_buffer: unfused prefill attention, sim/score_buffer.py)
 WHERE = "cluster.cost_model"  # the config field these options live in
 
 
@@ -53,6 +58,9 @@ def cost_model_kind(options: Mapping[str, Any]) -> str:
     """The kind named by `options`, or implied by its keys (`_implied_kind`)."""
     kind = options.get("kind", _implied_kind(options))
     frontend_of(options)  # checked here, used by the run (sim/frontend.py)
+    if "sampler" in options:
+        check_sampler(options["sampler"])
+    score_buffer_of(options)  # checked here, used by build_cost_model
     if kind not in KINDS:
         raise ConfigError(f"{WHERE}.kind", kind, f"one of {', '.join(KINDS)} (or a "
                                                  f"calibration: FILE with its own kinds)")
@@ -68,6 +76,14 @@ def cost_model_kind(options: Mapping[str, Any]) -> str:
     if kind == "roofline" and "attention" in options:
         raise ConfigError(f"{WHERE}.attention", options["attention"],
                           "an attention kernel set: only with kind: stage or profile")
+    for key in ("sampler", "score_buffer"):
+        if kind == "roofline" and key in options:
+            raise ConfigError(f"{WHERE}.{key}", options[key], "only with kind: stage or profile "
+                              "(the roofline's sampling is inside step_overhead_s)"
+                              if key == "sampler" else "only with kind: stage")
+    if kind == "profile" and "score_buffer" in options:
+        raise ConfigError(f"{WHERE}.score_buffer", options["score_buffer"], "only with kind: "
+                          "stage (a profile's attention rows are the fused kernel's)")
     if kind == "roofline" and "host" in options:
         raise ConfigError(f"{WHERE}.host", options["host"],
                           "a host preset: only with kind: stage or profile (the roofline has "
@@ -116,7 +132,13 @@ def build_cost_model(deployment: DeploymentSpec, options: Mapping[str, Any]) -> 
 
     params = resolve_stage_params(lambda: stage_params_for(deployment.gpu), options,
                                   CHOICE_KEYS, deployment.gpu)
-    stage = StageCostModel(deployment, params)
+    scores = score_buffer_of(options)
+    if scores is not None:  # the buffer comes out of the KV pool, as activations do
+        reserve = deployment.activation_reserve_bytes or 0
+        deployment = replace(deployment, activation_reserve_bytes=int(
+            reserve + scores.reserve_bytes(deployment.model.num_attention_heads
+                                           // deployment.tensor_parallel)))
+    stage = StageCostModel(deployment, params, scores)
     if kind == "stage":
         return stage
     from sim.profile_cost_model import ProfileCostModel

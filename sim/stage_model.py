@@ -30,6 +30,8 @@ from sim.cost_model import ACT_DTYPE_BYTES, DeploymentSpec, kv_dtype_bytes, weig
 from sim.hardware import dense_peak_flops
 from sim.moe_stage import MoEStageTerms
 from sim.run_ends import ends_of
+from sim.sampler_cost import LOGIT_BYTES
+from sim.score_buffer import ScoreBuffer, ScoreTerms
 from sim.stage_attention import AttentionTerms
 from sim.stage_params import StageParams
 from sim.step_shape import split_from_sums
@@ -42,9 +44,10 @@ class StageCostModel:
                  "_half", "_gemm_fixed", "_small_fixed", "_small_spt", "_attn", "_inv_bw",
                  "_ar_fixed", "_ar_spb", "_ar_ll_fixed", "_ar_ll_spb", "_launch_floor",
                  "_overlap", "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt",
-                 "_vocab_bytes", "_moe", "_decode_cache")
+                 "_vocab_bytes", "_moe", "_decode_cache", "_sampler_spr", "_scores")
 
-    def __init__(self, deployment: DeploymentSpec, params: StageParams) -> None:
+    def __init__(self, deployment: DeploymentSpec, params: StageParams,
+                 score_buffer: ScoreBuffer | None = None) -> None:
         self.deployment = deployment  # the instance modelled
         self.params = params  # the GPU's stage parameters
         m, gpu, tp = deployment.model, deployment.gpu, deployment.tensor_parallel
@@ -85,6 +88,8 @@ class StageCostModel:
         self._hidden_bytes = h * a  # bytes of one token's hidden state
         self._lm_gemm = self._gemm_consts(h, m.vocab_size / tp, a)  # lm_head stays fp16
         self._vocab_bytes = m.vocab_size * a  # bytes of one sequence's logits
+        self._sampler_spr = (p.sampler_per_seq_s + p.sampler_logit_passes * m.vocab_size
+                             * LOGIT_BYTES * inv_bw / p.add_eff)  # s per sampled row
         self._decode_cache: dict[int, tuple[float, ...]] = {}  # decode terms by batch size
         self._moe: MoEStageTerms | None = None  # the layers of an MoE / MLA model
         if m.moe is not None or m.mla is not None:
@@ -96,6 +101,12 @@ class StageCostModel:
             fpp = float(heads * m.mla.flops_per_pair_per_head())
         self._attn = AttentionTerms(p, gpu.peak_tensor_flops, gpu.hbm_bandwidth, heads, kvh,
                                     fpp, kv_bpt)  # attention kernels (sim/stage_attention.py)
+        self._scores: ScoreTerms | None = None  # unfused prefill attention (sim/score_buffer.py)
+        if score_buffer is not None:
+            self._scores = ScoreTerms(score_buffer, heads, hd, kv_bpt,
+                                      gpu.peak_tensor_flops * p.gemm_compute_eff,
+                                      gpu.hbm_bandwidth * p.gemm_weight_eff,
+                                      2 * p.gemm_fixed_s + p.small_fixed_s)
 
     @property
     def _kv_bpt(self) -> float:
@@ -144,7 +155,14 @@ class StageCostModel:
 
     def attn_prefill_layer_s(self, chunk_tokens: float, context_tokens: float) -> float:
         """One layer's attention for one chunk of chunk_tokens after context_tokens cached."""
-        return self._attn.prefill_s(1, chunk_tokens, context_tokens)
+        return self._prefill_attn_s(1, chunk_tokens, context_tokens)
+
+    def _prefill_attn_s(self, chunks: int, chunk_tokens: float, context_tokens: float) -> float:
+        """One layer's prefill attention: the fused kernel, or with a score buffer the
+        unfused path (sim/score_buffer.py)."""
+        if self._scores is not None:
+            return self._scores.prefill_s(chunks, chunk_tokens, context_tokens)
+        return self._attn.prefill_s(chunks, chunk_tokens, context_tokens)
 
     def attn_decode_layer_s(self, batch_size: int, kv_tokens: float) -> float:
         """One layer's decode attention of batch_size requests with kv_tokens context each."""
@@ -171,7 +189,7 @@ class StageCostModel:
             t += 2 * p.small_fixed_s + (self._emb_spt + self._norm_spt) * num_seqs
         if num_sampled > 0:
             t += self._gemm_s(self._lm_gemm, num_sampled)
-            t += p.sampler_fixed_s + p.sampler_per_seq_s * num_sampled
+            t += p.sampler_fixed_s + self._sampler_spr * num_sampled  # sim/sampler_cost.py
             if self._tp > 1:
                 t += self.allreduce_s(self._vocab_bytes * num_sampled / self._tp)  # gather
         return t
@@ -213,7 +231,7 @@ class StageCostModel:
             return self.params.cpu_step_s  # nothing to compute: no forward pass
         p, n, c, d, c_dec = split_from_sums(num_tokens, sum_context, sum_new_x_context,
                                             sum_new_squared, num_seqs)
-        attn = self._attn.prefill_s(p, n, c) if p else 0.0  # one kernel over the chunks
+        attn = self._prefill_attn_s(p, n, c) if p else 0.0  # one kernel over the chunks
         if d:
             attn += self._attn.decode_s(d, c_dec + d)  # decode rows read their new token too
         gpu = self._layers_s(num_tokens, attn) + self.gpu_fixed_s(num_seqs, num_sampled)

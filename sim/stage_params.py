@@ -22,9 +22,11 @@ and a fixed cost per kernel or per layer that does NOT divide by tensor parallel
   all-reduce  allreduce_launch_s + min over NCCL protocols of latency(w) + bytes * 2 (w - 1) / w
               / bus_bandwidth(w): the bulk protocol and, where fitted, the low-latency one
               (NCCL's LL: less latency, less bandwidth; its tuner picks the faster);
-  per step    sampler and CPU/engine costs; the GPU work of a step cannot finish before the host
-              has launched it: max(GPU time, num_layers * cpu_launch_per_layer_s) (an eager
-              engine launching kernel by kernel; 0 for CUDA graphs, the default). The host work
+  per step    sampler (sampler_fixed_s + rows x (sampler_per_seq_s + sampler_logit_passes x
+              vocab x 4 bytes / (bw * add_eff)), sim/sampler_cost.py) and CPU/engine costs;
+              the GPU work of a step cannot finish before the host has launched it:
+              max(GPU time, num_layers * cpu_launch_per_layer_s) (an eager engine launching
+              kernel by kernel; 0 for CUDA graphs, the default). The host work
               follows the GPU work (in series), or with `cpu_overlapped` runs beside it
               (asynchronous scheduling): the step takes the longer of the two.
 Host terms come from a named preset (`sim/host_presets.py`) over these per-GPU values.
@@ -144,6 +146,8 @@ class StageParams:
     # long contexts (the split-KV path: partial attention, then a merge kernel)
     attn_decode_floor_half_tokens: float = 0.0  # context tokens per sequence at which half the
     # floor applies (0: all of it at any context)
+    sampler_logit_passes: float = 0.0  # HBM passes over each sampled row's fp32 logits (V x 4
+    # bytes each) the sampler makes (issue 31, sim/sampler_cost.py); 0: the flat estimate alone
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -4,6 +4,7 @@
     cluster.cost_model: {kind: stage, host: legacy}      # host terms: sim/host_presets.py
     cluster.cost_model: {kind: stage, params: FILE.json, cpu_step_s: 4e-3}
     cluster.cost_model: {kind: profile, profiles: DIR, cpu_step_s: 4e-3}   # the stage fallback
+    cluster.cost_model: {kind: stage, sampler: hf}        # sampler: sim/sampler_cost.py
 
 A parameter file (`python -m experiments.fit_gpu` writes one) is data, read with
 `sim.jsonfile.read_json_object`: either an object whose `stage_params` section holds every
@@ -23,6 +24,7 @@ from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.host_presets import apply_host, host_preset
 from sim.jsonfile import read_json_object
+from sim.sampler_cost import with_sampler
 from sim.stage_params import EFFICIENCY_FIELDS, ZERO_OK_FIELDS, AllReduceParams, StageParams
 
 WHERE = "cluster.cost_model"  # the config field the options live in
@@ -32,7 +34,8 @@ META_KEYS = ("format", "version", "source", "errors")  # file keys that are not 
 STAGE_FIELDS = tuple(f.name for f in fields(StageParams))  # every StageParams field name
 OPTIONAL_FIELDS = ("cpu_launch_per_layer_s", "cpu_overlapped", "attn_prefill_key_s",
                    "attn_prefill_split_rows", "attn_decode_item_s", "attn_decode_floor_s",
-                   "attn_decode_floor_half_tokens")  # a file may leave at default (older files)
+                   "attn_decode_floor_half_tokens", "sampler_logit_passes")  # a file may leave
+# these at their defaults (older files)
 ALLREDUCE_KEYS = ("num_workers", "latency_s", "bus_bandwidth")  # AllReduceParams fields, required
 ALLREDUCE_LL_KEYS = ("ll_latency_s", "ll_bus_bandwidth")  # optional low-latency protocol
 
@@ -192,6 +195,7 @@ def resolve_stage_params(gpu_params: Callable[[], StageParams], options: Mapping
         raise ConfigError(f"{WHERE}.{PARAMS_KEY}", path, "must be a path to a JSON file")
     base = with_attention_kernel(base, options.get("attention"), gpu)
     base = apply_host(base, host, gpu)
+    base = with_sampler(base, options)  # flat (default) leaves the set's sampler as it is
     if not overrides:
         return base
     try:
