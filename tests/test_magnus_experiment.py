@@ -57,18 +57,24 @@ def test_tiny_sweep_and_report(tmp_path, monkeypatch):
 def test_headline_table_ranges_over_the_rates_where_vs_saturates():
     import pandas as pd
 
-    from experiments.figures.magnus import headline_table, saturated_rates
+    from experiments.figures.magnus import headline_table, saturated_rates, valid_share_table
 
     rows = []
     for rate, vs, magnus in ((1.0, 1.0, 1.0), (4.0, 2.0, 3.0), (8.0, 2.0, 4.0)):
         for label, tput in (("VS", vs), ("Magnus", magnus)):
+            waste = 3.0 if label == "VS" else 1.0  # generated tokens per valid one
             rows.append({"label": label, "rate": rate, "request_throughput": tput,
-                         "valid_token_throughput": 10 * tput, "mean_e2e_s": 10 / tput,
-                         "p99_e2e_s": 20 / tput})
+                         "valid_token_throughput": 10 * tput,
+                         "total_token_generated_throughput": 10 * tput * waste,
+                         "mean_e2e_s": 10 / tput, "p99_e2e_s": 20 / tput})
     frame = pd.DataFrame(rows)
     assert saturated_rates(frame) == [4.0, 8.0]
     table = headline_table(frame)
-    assert "| Magnus vs VS | +50% to +100% | +50% to +100% | -50% to -33% | -50% to -33% |" \
-        in table
-    assert "| **paper**: Magnus vs VS, VSQ, CCB | +66% to +234% |" in table
+    # total tokens: Magnus 30 and 40 a second against VS's 60 and 60: -50% and -33%
+    assert "| Magnus vs VS | +50% to +100% | +50% to +100% | -50% to -33% | -50% to -33% " \
+        "| -50% to -33% |" in table
+    assert "| **paper**: Magnus vs VS, VSQ, CCB | +66% to +234% | +70% to +240% " \
+        "| +115% to +489% | -60.3% to -89.7% | -53.2% to -91.7% |" in table
     assert "Magnus vs VSQ" not in table  # pairs missing from the sweep are left out
+    shares = valid_share_table(frame)
+    assert "| VS | 33% | 33% |" in shares and "| Magnus | 100% | 100% |" in shares

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from policies.magnus.config import ABPConfig, GLPConfig, MagnusConfig
-from policies.magnus.estimator import BatchSample
+from policies.magnus.estimator import BatchSample, BatchTimeEstimator
 from policies.registry import build_policy
 from policies.simulate import simulate
 from sim.errors import ConfigError
@@ -109,8 +109,9 @@ def test_only_badly_predicted_requests_and_batches_are_learned_from():
     finished = run_to_end(p, step, 0.0)  # 100 iterations of 0.01 s = 1 s
     assert {r.request_id for r in finished} == {0, 1}
     assert [(q.input_tokens, n) for q, n in p.lengths.learner.samples] == [(50, 100)]
-    # estimated (50 + 1) x 1.0 s = 51 s for a 1 s batch: a large error
-    assert list(p.time_learner.samples) == [BatchSample(2, 50, 50, 1.0)]
+    # re-estimated with the actual G(B) = 100: (100 + 1) x 1.0 s = 101 s for a 1 s batch,
+    # a large error; the sample carries G(B) = 100
+    assert list(p.time_learner.samples) == [BatchSample(2, 50, 100, 1.0)]
     cold = p.lengths.predictor
     assert p.next_step(0, 185.0) is None  # retrained at 185 s, effective at 195 s
     assert p.lengths.predictor is cold and p.lengths.predictor.model is None
@@ -118,6 +119,46 @@ def test_only_badly_predicted_requests_and_batches_are_learned_from():
     assert p.lengths.predictor is not cold and p.lengths.predictor.model is not None
     kinds = [e[1] for e in p.recorder.events]
     assert "retrain_predictor" in kinds and "swap_predictor" in kinds
+
+
+def test_a_batch_estimated_well_once_its_actual_length_is_known_is_not_learned_from():
+    # the paper's filter: re-estimate with the actual G(B), not the dispatch estimate on G'(B)
+    p = make("magnus", capacity=10_000, cold_iteration_s=0.1, estimator_warmup_batches=0)
+    r = Request(0, 0.0, 10, 300)  # the cold input-length predictor says G' = 10
+    p.add_request(r, 0.0)
+    step = p.next_step(0, 0.0)
+    run_to_end(p, step, 0.0, per_iteration_s=0.1)  # 300 x 0.1 s = 30 s
+    # dispatch estimate (10 + 1) x 0.1 = 1.1 s: off by 28.9 s (> 2 s and > 20% of 30 s), which
+    # the old filter collected; the re-estimate (300 + 1) x 0.1 = 30.1 s is off by 0.1 s
+    assert list(p.time_learner.samples) == []
+
+
+def test_a_batch_whose_dispatch_estimate_was_right_by_luck_is_learned_from():
+    p = make("magnus", capacity=10_000, cold_iteration_s=0.1, estimator_warmup_batches=0)
+    r = Request(0, 0.0, 100, 10)  # predicted G' = 100, runs 10 iterations
+    p.add_request(r, 0.0)
+    step = p.next_step(0, 0.0)
+    assert step.num_iterations == 10
+    run_to_end(p, step, 0.0, per_iteration_s=1.01)  # 10 x 1.01 s = 10.1 s
+    # dispatch estimate (100 + 1) x 0.1 = 10.1 s: exact, the old filter dropped it; the
+    # re-estimate (10 + 1) x 0.1 = 1.1 s is off by 9.0 s (> 2 s and > 20% x 10.1 = 2.02 s)
+    [sample] = p.time_learner.samples
+    assert (sample.size, sample.max_prompt, sample.max_output) == (1, 100, 10)
+    assert sample.duration_s == pytest.approx(10.1)
+
+
+def test_the_knn_estimator_re_estimates_with_the_actual_length():
+    p = make("magnus", capacity=10_000, estimator_warmup_batches=0, knn_neighbors=2)
+    p.estimator = BatchTimeEstimator(2).fit([BatchSample(1, 10, 10, 1.0),
+                                             BatchSample(1, 10, 300, 30.0)])
+    p.add_request(Request(0, 0.0, 10, 300), 0.0)  # cold input-length predictor: G' = 10
+    queued = p.batcher.batches[0]
+    assert p.estimate_s(queued) == pytest.approx(1.0)  # on G' = 10: the first sample exactly
+    run_to_end(p, p.next_step(0, 0.0), 0.0, per_iteration_s=0.1)  # 30 s
+    assert list(p.time_learner.samples) == []  # re-estimate on G = 300: 30.0 s, exact
+    p.add_request(Request(1, 40.0, 10, 300), 40.0)
+    run_to_end(p, p.next_step(0, 40.0), 40.0, per_iteration_s=0.2)  # 60 s against 30 s
+    assert list(p.time_learner.samples) == [BatchSample(1, 10, 300, pytest.approx(60.0))]
 
 
 def test_invariants_end_to_end_with_an_oracle_never_run_out_of_memory():

@@ -29,7 +29,7 @@ def test_profiled_batches_fit_and_are_timed_on_the_engine():
                               chunk=50, max_requests=200, rng=rng)
     assert samples and sum(s.size for s in samples) <= 200
     for s in samples:
-        assert s.duration_s == ex.batch_seconds(s.size, s.max_prompt, s.max_predicted)
+        assert s.duration_s == ex.batch_seconds(s.size, s.max_prompt, s.max_output)
         assert math.isfinite(s.duration_s)
     assert max(s.size for s in samples) > 1
 

@@ -57,7 +57,7 @@ def test_knn_estimator_recovers_training_batches_and_falls_back_when_cold():
     warm = cold.fit(samples)
     assert warm.trained and not cold.trained  # fit returns a new estimator
     for s in samples:
-        assert warm.estimate(s.size, s.max_prompt, s.max_predicted, timer) == \
+        assert warm.estimate(s.size, s.max_prompt, s.max_output, timer) == \
             pytest.approx(s.duration_s)
     between = warm.estimate(8, 200, 90, timer)
     assert 0.01 * 8 * 10 < between < 0.01 * 32 * 100

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.magnus_table1 import length_correlations, to_markdown
+from experiments.magnus_table1 import (claim_line, length_correlations, tasks_above,
+                                       to_markdown)
 from traces.magnus_workload import default_magnus_path, read_magnus_apps
 
 
@@ -25,6 +26,22 @@ def test_correlations_per_app_task_and_all():
     assert table.loc["CC", "pearson_log"] < -0.7
     assert table.loc["all", "requests"] == 300
     assert "| MT/en2zh | 100 | 1.00 |" in to_markdown(length_correlations(records))
+
+
+def test_the_papers_claim_is_counted_per_task():
+    x = np.arange(1.0, 101.0)
+    noise = np.where(np.arange(100) % 2 == 0, 1.0, -1.0)  # +-1, uncorrelated with x
+    records = pd.DataFrame({
+        "app": ["A"] * 300, "task": ["exact"] * 100 + ["flat"] * 100 + ["noisy"] * 100,
+        "input_tokens": np.concatenate([x, x, x]),
+        "output_tokens": np.concatenate([2 * x, 50 + noise, x + 100 * noise])})
+    # by hand, population moments: var x = 833.25, cov(x, noise) = -0.5 (odd x carry +1)
+    # flat: r = -0.5 / sqrt(833.25) = -0.017; noisy: cov = 833.25 - 50 = 783.25,
+    # var = 833.25 + 10^4 - 100 = 10733.25, r = 783.25 / sqrt(833.25 x 10733.25) = 0.262
+    above, below = tasks_above(records)
+    assert above == ["exact"] and below == ["flat", "noisy"]
+    assert claim_line(records) == "Pearson > 0.8 in 1 of 3 tasks (exact); not in flat, noisy."
+    assert tasks_above(records, threshold=0.2)[0] == ["exact", "noisy"]
 
 
 def test_missing_column_is_named():

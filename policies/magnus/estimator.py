@@ -1,9 +1,10 @@
-"""Magnus' batch serving-time estimator: KNN regression on (size, L(B), G'(B)).
+"""Magnus' batch serving-time estimator: KNN regression on (size, L(B), G(B)).
 
 The KNN model (scikit-learn `KNeighborsRegressor`, distance-weighted, on standardised features)
-learns from executed batches: batch size, longest input, longest *predicted* generation length,
-and the measured duration. Until it has been trained on at least `k` batches the estimator falls
-back to a line through the origin in the predicted iterations: (G'(B) + 1) * the mean seconds
+learns from executed batches: batch size, longest input, longest *actual* generation length
+G(B), and the measured duration; a queued batch is estimated from its longest *predicted*
+generation G'(B). Until it has been trained on at least `k` batches the estimator falls
+back to a line through the origin in the iterations: (G(B) + 1) * the mean seconds
 per iteration measured so far (`cold_iteration_s` before any batch ran). HRRN only compares
 ratios, which a common scale factor does not change, so the fallback's constant matters little.
 """
@@ -27,11 +28,11 @@ class BatchSample:
 
     size: int  # requests in the batch
     max_prompt: int  # L(B), tokens
-    max_predicted: int  # G'(B) when it was scheduled, tokens
+    max_output: int  # G(B), the longest actual generation, tokens
     duration_s: float  # measured time from start to last token, seconds
 
     def features(self) -> tuple[int, int, int]:
-        return (self.size, self.max_prompt, self.max_predicted)
+        return (self.size, self.max_prompt, self.max_output)
 
 
 class IterationTimer:
@@ -54,9 +55,9 @@ class IterationTimer:
             return self.cold_iteration_s
         return self.total_s / self.num_iterations
 
-    def estimate(self, max_predicted: int) -> float:
-        """Seconds of a batch of G'(B) iterations (+1 for the prefill)."""
-        return (max_predicted + 1) * self.iteration_s
+    def estimate(self, max_output: int) -> float:
+        """Seconds of a batch of `max_output` iterations (+1 for the prefill)."""
+        return (max_output + 1) * self.iteration_s
 
 
 class BatchTimeEstimator:
@@ -82,10 +83,12 @@ class BatchTimeEstimator:
         model.fit(x, y)
         return BatchTimeEstimator(self.knn_neighbors, model)
 
-    def estimate(self, size: int, max_prompt: int, max_predicted: int,
+    def estimate(self, size: int, max_prompt: int, max_output: int,
                  fallback: IterationTimer) -> float:
-        """Predicted seconds of a batch (the fallback while untrained)."""
+        """Predicted seconds of a batch whose longest generation is `max_output` tokens (G'(B)
+        when scheduling, G(B) when re-estimating a finished batch); the fallback while
+        untrained."""
         if self.model is None:
-            return fallback.estimate(max_predicted)
-        x = np.array([[size, max_prompt, max_predicted]], dtype=np.float64)
+            return fallback.estimate(max_output)
+        x = np.array([[size, max_prompt, max_output]], dtype=np.float64)
         return max(float(self.model.predict(x)[0]), 1e-9)

@@ -2,7 +2,8 @@
 
 Magnus retrains its length predictor every 3 minutes on requests whose prediction error exceeded
 both 10 tokens and 10% of the true length, and its batch-time estimator every 2 minutes on
-batches whose error exceeded both 2 s and 20%. Retraining runs beside the serving loop in the
+batches whose error exceeded both 2 s and 20%, the batch re-estimated with its actual
+generation length (`MagnusPolicy._learn`) so the predictor's miss is not counted. Retraining runs beside the serving loop in the
 paper; here the fit happens when the period elapses and the new model takes effect
 `delay_s` seconds of simulated time later, never blocking the loop.
 """

@@ -14,7 +14,6 @@ without the size cap; Magnus = ABP + batch-time estimator + HRRN.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -38,12 +37,6 @@ from policies.magnus.scheduler import pick_fcfs, pick_hrrn
 from policies.registry import register_policy
 from policies.static_batch import (fail_static_batch, finish_static_batch, reset_for_retry,
                                    split_batch, static_step, static_tokens_per_request)
-
-
-@dataclass
-class _Running:
-    batch: QueuedBatch  # the batch in flight
-    estimate_s: float  # its estimated serving time when it was dispatched, seconds
 
 
 @register_policy("magnus")
@@ -74,7 +67,7 @@ class MagnusPolicy(Policy):
             ContinuousLearner("estimator", cfg.estimator_retrain_period_s, cfg.retrain_delay_s,
                               cfg.max_learning_samples,
                               lambda samples: self.estimator.fit(base + samples), recorder)
-        self.running: dict[int, _Running] = {}  # instance -> batch in flight
+        self.running: dict[int, QueuedBatch] = {}  # instance -> batch in flight
         self.num_batches_done = 0  # batches that completed (the estimator's warm-up counter)
         self.reserved: dict[int, int] = {}  # instance -> KV tokens its batch touches
 
@@ -111,16 +104,19 @@ class MagnusPolicy(Policy):
         if estimator is not None:
             self.estimator = estimator
 
-    def _learn(self, batch: QueuedBatch, estimate_s: float, result: StepResult,
-               finished: list[Request]) -> None:
+    def _learn(self, batch: QueuedBatch, result: StepResult, finished: list[Request]) -> None:
+        """Continuous learning from a finished batch. The paper's filter: re-estimate the batch
+        with its *actual* longest generation G(B) (the dispatch estimate used G'(B), so its error
+        mixes the predictor's miss into the estimator's) and keep the batch as a sample, with
+        G(B), when that re-estimate misses the measured time by both tolerances."""
         cfg = self.config
+        longest = max(r.target_output_tokens for r in batch.requests)  # G(B), tokens
+        reestimate_s = self.estimator.estimate(batch.size, batch.max_prompt, longest, self.timer)
         self.timer.observe(result.duration_s, result.num_iterations)
         self.num_batches_done += 1
         warm_up = not self.offline and self.num_batches_done <= cfg.estimator_warmup_batches
-        if warm_up or is_large_error(estimate_s, result.duration_s, cfg.estimator_error_s,
+        if warm_up or is_large_error(reestimate_s, result.duration_s, cfg.estimator_error_s,
                                      cfg.estimator_error_fraction):
-            longest = max(r.target_output_tokens for r in batch.requests) if self.offline \
-                else batch.max_predicted  # offline: actual lengths, as profiled
             self.time_learner.collect(BatchSample(batch.size, batch.max_prompt, longest,
                                                   result.duration_s))
         self.lengths.observe(finished)
@@ -150,7 +146,7 @@ class MagnusPolicy(Policy):
         else:
             batch = pick_fcfs(self.batcher.batches)
         self.batcher.remove(batch)
-        self.running[instance_id] = _Running(batch, self.estimate_s(batch))
+        self.running[instance_id] = batch
         step = static_step(instance_id, batch.requests, now)
         self.reserved[instance_id] = min(step.kv_tokens_after(step.num_iterations),
                                          self.instances[instance_id].kv_capacity_tokens)
@@ -158,12 +154,12 @@ class MagnusPolicy(Policy):
 
     def update(self, step: Step, result: StepResult, now: float) -> list[Request]:
         self._poll_learners(now)
-        run = self.running.pop(step.instance_id)
+        batch = self.running.pop(step.instance_id)
         self.reserved[step.instance_id] = 0
         if result.oom:
-            return self._recover(step, run.batch, result, now)
-        finished = finish_static_batch(run.batch.requests, result, now, self.recorder)
-        self._learn(run.batch, run.estimate_s, result, finished)
+            return self._recover(step, batch, result, now)
+        finished = finish_static_batch(batch.requests, result, now, self.recorder)
+        self._learn(batch, result, finished)
         return finished
 
     def _recover(self, step: Step, batch: QueuedBatch, result: StepResult,
