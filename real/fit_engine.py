@@ -28,12 +28,12 @@ from sim.step_shape import shape_from_sums
 # fitted fields, the optimizer's variable for each, and its bounds
 HOST_MS = ("iteration_host_s", "per_seq_host_s", "per_chunk_host_s", "step_host_s",
            "sync_host_s", "new_shape_s", "eager_host_s", "mixed_host_s",
-           "device_floor_s")  # fitted in milliseconds
+           "chunk_graph_host_s", "device_floor_s")  # fitted in milliseconds
 EFFICIENCIES = ("weight_efficiency", "compute_efficiency", "attention_efficiency",
                 "kv_efficiency")  # fitted as log10
-FIELDS = HOST_MS + EFFICIENCIES + ("overlap", "kv_programs")
-LOWER = np.array([0.0] * len(HOST_MS) + [-3.0] * len(EFFICIENCIES) + [1.0, 0.0])
-UPPER = np.array([1e3] * len(HOST_MS) + [0.0] * len(EFFICIENCIES) + [32.0, 8192.0])
+FIELDS = HOST_MS + EFFICIENCIES + ("overlap", "kv_programs", "roofline_p")
+LOWER = np.array([0.0] * len(HOST_MS) + [-3.0] * len(EFFICIENCIES) + [1.0, 0.0, 1.0])
+UPPER = np.array([1e3] * len(HOST_MS) + [0.0] * len(EFFICIENCIES) + [32.0, 8192.0, 64.0])
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,8 @@ def _starts(base: EngineTimeParams, floor_ms: float, shapes: bool) -> list[np.nd
                          eager_host_s=floor_ms if base.max_graph_batch > 0 else 0.0,
                          weight_efficiency=eff, compute_efficiency=eff - 0.2,
                          attention_efficiency=eff - 0.5, kv_efficiency=eff - 0.2,
-                         overlap=overlap, kv_programs=2.0 * base.decode_split_sms)
+                         overlap=overlap, kv_programs=2.0 * base.decode_split_sms,
+                         roofline_p=overlap * 2.0)
             x = np.array([start[name] for name in FIELDS])
             out.append(np.clip(x, LOWER + 1e-9, UPPER - 1e-9))
     return out
@@ -156,6 +157,8 @@ def fit_engine(data: FitData, work: EngineWork, base: EngineTimeParams
         upper[FIELDS.index("sync_host_s")] = 1e-9
     if base.max_graph_batch <= 0:  # no graph replays: launches are all in iteration_host_s
         upper[FIELDS.index("eager_host_s")] = 1e-9
+    if base.max_graph_tokens <= 0:  # no graphs of prefill chunks
+        upper[FIELDS.index("chunk_graph_host_s")] = 1e-9
     if base.decode_split_sms <= 0:  # no split-KV plan: decode KV is streamed as a whole
         upper[FIELDS.index("kv_programs")] = 1e-9
     log_measured = np.log(data.measured)

@@ -8,6 +8,8 @@
 # earlier one failed; each writes OUT/<phase>.log.
 #
 #   bash scripts/gpu_check.sh [OUT]          # default OUT: results/gpu_check
+#   GPU_CHECK_SKIP="tests bench bench_eager refit" bash scripts/gpu_check.sh OUT
+#                                            # skip phases (a short rerun of the validation)
 #
 # Reads the Azure conv trace from $SIMSERVE_DATA_DIR/traces (default ../shared/data). On a lent
 # GPU machine that has neither ../shared nor simpy, `bash scripts/gpu_carry.sh` first: it fills
@@ -33,6 +35,7 @@ export PYTHONUNBUFFERED=1
 
 phase() {  # phase NAME COMMAND...: run it, log it, time it, never stop the script
   local name=$1; shift
+  case " ${GPU_CHECK_SKIP:-} " in *" $name "*) echo "== $name: skipped"; return 0;; esac
   local start=$(date +%s%N)
   "$@" > "$OUT/$name.log" 2>&1
   local rc=$?

@@ -62,12 +62,16 @@ class EngineTimeParams:
     # kv_efficiency of HBM bandwidth (0: the longest row is not modelled)
     mixed_host_s: float = 0.0  # seconds of host work an iteration with both prefill chunks and
     # decode rows adds (the second attention kernel's launches in every layer)
+    chunk_graph_host_s: float = 0.0  # seconds an iteration replayed from a graph of prefill
+    # chunks (max_graph_tokens) adds: its rows, chunks and tiles written into the graph's inputs
     weight_efficiency: float = 0.85  # fraction of HBM bandwidth streaming the weights reaches
     compute_efficiency: float = 0.6  # fraction of peak tensor FLOP/s the dense matmuls reach
     attention_efficiency: float = 0.3  # fraction of peak tensor FLOP/s prefill attention reaches
     kv_efficiency: float = 0.6  # fraction of HBM bandwidth decode attention's KV reads reach
     device_floor_s: float = 0.0  # seconds of device time per iteration whatever its size
     overlap: float = 8.0  # p of the smooth maximum of host and device time (1: in series)
+    roofline_p: float = 0.0  # p of the smooth maximum of weight streaming and dense compute
+    # (0: the hard maximum; small p: the matmuls' memory and compute phases add near the ridge)
     decode_kv: str = "paged"  # paged: a decode row reads its own KV; padded: every decode row
     # reads the batch's longest KV (a padded decode batch, as the sdpa backend runs it)
     shape_granularity: int = 0  # tokens attention shapes are padded to (0: no per-shape cost)
@@ -84,7 +88,7 @@ class EngineTimeParams:
                 raise ConfigError(f.name, value, "must be finite")
         for name in ("iteration_host_s", "per_seq_host_s", "per_chunk_host_s", "step_host_s",
                      "sync_host_s", "new_shape_s", "eager_host_s", "mixed_host_s",
-                     "device_floor_s"):
+                     "chunk_graph_host_s", "device_floor_s"):
             check_positive(name, getattr(self, name), allow_zero=True)
         for name in ("weight_efficiency", "compute_efficiency", "attention_efficiency",
                      "kv_efficiency"):
@@ -93,6 +97,9 @@ class EngineTimeParams:
                 raise ConfigError(name, value, "must be a fraction in (0, 1]")
         if not 1.0 <= self.overlap <= 64.0:
             raise ConfigError("overlap", self.overlap, "must be in [1, 64]")
+        if not (self.roofline_p == 0.0 or 1.0 <= self.roofline_p <= 64.0):
+            raise ConfigError("roofline_p", self.roofline_p, "must be 0 (hard maximum) or in "
+                              "[1, 64]")
         if self.decode_kv not in DECODE_KV_MODES:
             raise ConfigError("decode_kv", self.decode_kv, f"one of {', '.join(DECODE_KV_MODES)}")
         check_positive("shape_granularity", self.shape_granularity, allow_zero=True)
@@ -182,6 +189,14 @@ def step_iteration_features(step: Step, num_iterations: int, synced: bool = Fals
         kv_longest=column(dec_max, top + later))
 
 
+def smooth_max(a: np.ndarray | float, b: np.ndarray, p: float) -> np.ndarray:
+    """(a**p + b**p) ** (1 / p), the hard maximum at p = 0 (or where both are 0)."""
+    if p == 0.0:
+        return np.maximum(a, b)
+    top = np.maximum(np.maximum(a, b), 1e-300)
+    return top * ((a / top) ** p + (b / top) ** p) ** (1.0 / p)
+
+
 class EngineTimeModel:
     """Iteration times of an engine from `EngineTimeParams` and the deployment's work."""
 
@@ -205,7 +220,7 @@ class EngineTimeModel:
             kv = np.maximum(kv, split * (p.kv_programs / w.num_kv_heads))
         attention = (w.flops_per_pair * f.pairs / (w.peak_flops * p.attention_efficiency)
                      + w.kv_bytes_per_token * kv / (w.hbm_bandwidth * p.kv_efficiency))
-        return np.maximum(stream, dense) + attention + p.device_floor_s
+        return smooth_max(stream, dense, p.roofline_p) + attention + p.device_floor_s
 
     def graph_tokens(self, f: IterationFeatures) -> np.ndarray:
         """Per iteration no decode graph serves, the token bucket of the graph replaying it
@@ -232,8 +247,8 @@ class EngineTimeModel:
     def host_s(self, f: IterationFeatures, graph: np.ndarray | None = None) -> np.ndarray:
         """Host seconds of each iteration (`graph`: `graph_tokens(f)`, if already known)."""
         p = self.params
-        if p.max_graph_tokens > 0 and graph is None and (p.eager_host_s > 0.0
-                                                         or p.mixed_host_s > 0.0):
+        if p.max_graph_tokens > 0 and graph is None and (
+                p.eager_host_s > 0.0 or p.mixed_host_s > 0.0 or p.chunk_graph_host_s > 0.0):
             graph = self.graph_tokens(f)
         host = (p.iteration_host_s + p.per_seq_host_s * f.num_seqs
                 + p.per_chunk_host_s * np.maximum(f.num_prefill - 1.0, 0.0)
@@ -244,6 +259,8 @@ class EngineTimeModel:
             mixed = (f.num_prefill > 0) & (f.num_seqs > f.num_prefill) & (self.eager(f, graph)
                                                                           > 0)
             host = host + p.mixed_host_s * mixed
+        if p.chunk_graph_host_s > 0.0 and graph is not None:
+            host = host + p.chunk_graph_host_s * (graph > 0)
         return host
 
     def times(self, f: IterationFeatures) -> np.ndarray:
@@ -254,8 +271,7 @@ class EngineTimeModel:
         gap = self.params.sync_host_s * f.synced
         if p == 1.0:
             return host + device + gap
-        top = np.maximum(np.maximum(host, device), 1e-300)
-        return top * ((host / top) ** p + (device / top) ** p) ** (1.0 / p) + gap
+        return smooth_max(host, device, p) + gap
 
     def iteration_times(self, step: Step, num_iterations: int,
                         synced: bool = False) -> np.ndarray:

@@ -87,7 +87,8 @@ GRAPH_ENGINE = EngineTimeParams(iteration_host_s=0.002, per_seq_host_s=1e-5, ste
                                 eager_host_s=0.009, mixed_host_s=0.0035, weight_efficiency=0.75,
                                 compute_efficiency=0.6, attention_efficiency=0.3,
                                 kv_efficiency=0.8, kv_programs=340.0, overlap=6.0,
-                                decode_kv="paged", decode_split_sms=132, max_graph_batch=256)
+                                roofline_p=2.0, decode_kv="paged", decode_split_sms=132,
+                                max_graph_batch=256)
 
 
 def test_fit_recovers_a_cuda_graph_engine_with_split_kv_decodes():
@@ -101,6 +102,23 @@ def test_fit_recovers_a_cuda_graph_engine_with_split_kv_decodes():
     err = np.abs(predict(fitted, WORK, unseen) / unseen.measured - 1)
     assert np.median(err) < 0.01 and err.max() < 0.05
     assert fitted.eager_host_s == pytest.approx(GRAPH_ENGINE.eager_host_s, rel=0.2)
+
+
+def test_fit_recovers_an_engine_that_replays_prefill_chunks_from_graphs():
+    """With graphs of prefill chunks (max_graph_tokens), their input cost is identified apart
+    from the decode graphs', and the smooth roofline's p with it."""
+    truth = dataclasses.replace(GRAPH_ENGINE, eager_host_s=0.0, mixed_host_s=0.0,
+                                chunk_graph_host_s=1.2e-3, max_graph_tokens=2048)
+    base = structural_params({"attention_backend": "paged", "device": "cuda:0",
+                              "cuda_graphs": True, "max_graph_batch": 256,
+                              "max_graph_tokens": 2048, "num_sms": 132})
+    assert base.max_graph_tokens == 2048
+    data = fit_data(grid_profile(truth), replay_samples(truth, 60, seed=1))
+    fitted = fit_engine(data, WORK, base)
+    unseen = fit_data(None, replay_samples(truth, 40, seed=2))
+    err = np.abs(predict(fitted, WORK, unseen) / unseen.measured - 1)
+    assert np.median(err) < 0.01 and err.max() < 0.05
+    assert fitted.chunk_graph_host_s == pytest.approx(1.2e-3, rel=0.2)
 
 
 def test_without_first_runs_the_shape_cost_is_not_invented():
