@@ -38,8 +38,7 @@ def completed(fn: Callable[..., Any], calls: Sequence[tuple], jobs: int) -> Iter
     SIGINT and SIGTERM only set a flag that the loop reads between short waits: an exception
     raised from a signal handler could land inside concurrent.futures' own locks and leave the
     shutdown below waiting on a lock nobody releases."""
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    ctx = multiprocessing.get_context(start_method())
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=watch_parent,
                                initargs=(os.getpid(),))
     received: list[int] = []  # signals caught while the pool runs
@@ -73,6 +72,16 @@ def shut_down(pool: ProcessPoolExecutor) -> None:
         proc.join(timeout=10)
         if proc.is_alive():
             proc.kill()
+
+
+def start_method() -> str:
+    """"fork" (workers inherit the loaded trace) unless this process has loaded torch: its
+    native thread pools may hold locks at the fork, and a forked worker then waits on them
+    forever; "spawn" starts workers from a clean process instead (children of this process,
+    as `watch_parent` expects: a forkserver's workers are the server's)."""
+    if "fork" in multiprocessing.get_all_start_methods() and "torch" not in sys.modules:
+        return "fork"
+    return "spawn"
 
 
 def watch_parent(parent: int) -> None:

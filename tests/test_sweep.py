@@ -215,3 +215,18 @@ def test_workers_exit_with_the_driver_and_the_sweep_resumes(tmp_path, signum, co
     whole = pd.read_csv(tmp_path / "whole" / "summary.csv")
     pd.testing.assert_frame_equal(resumed, whole)
     assert not list((out / "runs").glob(".*"))
+
+
+def test_workers_fork_only_from_a_process_without_torch(monkeypatch):
+    """A process that loaded torch may hold its thread pools' locks at a fork (a forked worker
+    would wait forever): its workers start from a clean process instead."""
+    import multiprocessing
+    import sys
+
+    from experiments.pool import start_method
+
+    monkeypatch.setitem(sys.modules, "torch", object())
+    assert start_method() == "spawn"
+    monkeypatch.delitem(sys.modules, "torch")
+    if "fork" in multiprocessing.get_all_start_methods():
+        assert start_method() == "fork"
