@@ -215,6 +215,13 @@ def _speculative_summary(records: pd.DataFrame) -> dict[str, float]:
     }
 
 
+def loop_gpu_share(stats: Sequence[InstanceStats]) -> float:
+    """GPU busy share of the engine loop: GPU seconds over the wall seconds the instances spent
+    in steps (exposed host gaps included, idle time not); 0 when no step ran."""
+    busy = sum(s.busy_s for s in stats)
+    return sum(s.gpu_busy_s for s in stats) / busy if busy > 0 else 0.0
+
+
 def _instance_summary(stats: Sequence[InstanceStats], duration: float) -> dict[str, float]:
     busy = [s.busy_s / duration if duration > 0 else 0.0 for s in stats]
     gpu_busy = [s.gpu_busy_s / duration if duration > 0 else 0.0 for s in stats]
@@ -223,6 +230,7 @@ def _instance_summary(stats: Sequence[InstanceStats], duration: float) -> dict[s
         "num_instances": len(stats),
         "busy_fraction": float(np.mean(busy)) if stats else 0.0,
         "gpu_busy_frac": float(np.mean(gpu_busy)) if stats else 0.0,
+        "loop_gpu_share": loop_gpu_share(stats),  # GPU seconds / engine-loop wall seconds
         "scheduling_s": sum(s.sched_s for s in stats),  # modelled scheduler CPU seconds
         "scheduling_gap_s": sum(s.busy_s - s.gpu_busy_s for s in stats),  # GPU idle on it
         "mean_batch_size": sum(s.seq_iterations for s in stats) / its if its else 0.0,

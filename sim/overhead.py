@@ -1,13 +1,29 @@
-"""Scheduling overhead: host CPU time the scheduler spends before each model iteration.
+"""Scheduling overhead: host CPU time the engine loop spends before each model iteration.
 
-Every model iteration needs one scheduler invocation (a multi-iteration Step is one invocation
-per iteration, as the engine it stands for would run). Its CPU time is
-`fixed_s + per_request_s * requests + per_token_s * new tokens` of that iteration.
+Every model iteration needs one pass of the engine loop on the host (a multi-iteration Step is
+one pass per iteration, as the engine it stands for would run). Its host time has four parts,
+after the split Vidur measured (schedule / prepare inputs / process outputs, docs/overhead.md):
 
-- `serial`: the CPU time precedes the iteration's GPU time; the GPU idles meanwhile.
-- `async` (vLLM async scheduling, AIAK's "zero token gap"): iteration i is scheduled while
-  iteration i-1 runs on the GPU, so the GPU waits only max(0, cpu_i - gpu_{i-1}) before
-  iteration i; the first iteration after the instance was idle pays its CPU time in full.
+- schedule: `fixed_s + per_request_s * requests + per_token_s * new tokens`;
+- output: `output_fixed_s + output_per_request_s` per sampled row (copy the sampled ids back,
+  check the stop conditions, append them to the sequences);
+- detokenize: `detokenize_per_request_s` per sampled row (turn the new token into text, stream it);
+- prepare: `prepare_fixed_s + prepare_per_request_s * requests` (concatenate the last iteration's
+  sampled tokens into the inputs, build the metadata, copy them host -> device).
+
+- `serial`: all host time precedes the iteration's GPU time; the GPU idles meanwhile.
+- `async` (vLLM's async scheduling and async output processing, AIAK's asynchronous execution):
+  while iteration i-1 is on the GPU the host schedules iteration i and processes and
+  detokenizes the outputs of iteration i-2 (a finished request is seen one iteration late).
+  Only prepare needs iteration i-1's sampled tokens, so it alone runs between the two: the GPU
+  waits `max(0, schedule_i + output_i + detokenize_i - gpu_{i-1}) + prepare_i` before iteration
+  i; the first iteration after the instance was idle pays everything in full.
+- `tokenizer: pipelined` (AIAK's multi-process tokenizer): detokenize runs in its own process,
+  off the loop.
+- `slots: static` (AIAK's static slots): each request keeps a fixed slot, so the scheduler
+  touches only the requests that joined or left since the last step (`per_request_s` is paid
+  for those alone); the stop check runs on the GPU and the inputs are built there from the slots
+  (no output or prepare host time: no stop check, token concatenation or host -> device copy).
 
 `OverheadClock` (one per instance) turns an executor's GPU iteration ends into wall-clock ends
 and cuts them at the next arrival exactly as `sim.executor.modelled_result` does, so jumping over
@@ -27,78 +43,112 @@ from sim.errors import ConfigError
 from sim.executor import Executor, Step, StepResult, modelled_result
 from sim.jsonfile import read_json_object
 
-MODES = ("serial", "async")  # CPU before GPU | CPU overlapped with the previous iteration
+MODES = ("serial", "async")  # host time before the GPU | overlapped with the previous iteration
+TOKENIZERS = ("inline", "pipelined")  # detokenize in the engine loop | in its own process
+SLOTS = ("dynamic", "static")  # global rescheduling, host-built inputs | AIAK's static slots
 WHERE = "cluster.scheduling_overhead"
+SECONDS = ("fixed_s", "per_request_s", "per_token_s", "detokenize_per_request_s",
+           "prepare_fixed_s", "prepare_per_request_s", "output_fixed_s", "output_per_request_s")
 
 
 @dataclass(frozen=True)
 class SchedulingOverhead:
-    """Modelled scheduler CPU time per model iteration."""
+    """Modelled host time of the engine loop per model iteration (the module docstring)."""
 
     fixed_s: float = 0.0  # seconds per scheduler invocation (= per model iteration)
     per_request_s: float = 0.0  # seconds per scheduled request, per iteration
     per_token_s: float = 0.0  # seconds per scheduled new token, per iteration
     mode: str = "serial"  # serial | async
+    detokenize_per_request_s: float = 0.0  # seconds per sampled row, per iteration
+    prepare_fixed_s: float = 0.0  # seconds per iteration building inputs from the last tokens
+    prepare_per_request_s: float = 0.0  # seconds per scheduled request, per iteration (H2D too)
+    output_fixed_s: float = 0.0  # seconds per iteration processing the sampled outputs
+    output_per_request_s: float = 0.0  # seconds per sampled row (D2H, stop check, append)
+    tokenizer: str = "inline"  # inline | pipelined (detokenize off the engine loop)
+    slots: str = "dynamic"  # dynamic | static (incremental scheduling, inputs built on the GPU)
 
     def __post_init__(self) -> None:
-        for name in ("fixed_s", "per_request_s", "per_token_s"):
+        for name in SECONDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value) or value < 0:
                 raise ConfigError(f"{WHERE}.{name}", value, "must be a finite number >= 0 "
                                                             "(seconds)")
-        if self.mode not in MODES:
-            raise ConfigError(f"{WHERE}.mode", self.mode, f"one of {', '.join(MODES)}")
+        for name, known in (("mode", MODES), ("tokenizer", TOKENIZERS), ("slots", SLOTS)):
+            if getattr(self, name) not in known:
+                raise ConfigError(f"{WHERE}.{name}", getattr(self, name),
+                                  f"one of {', '.join(known)}")
 
     @property
     def is_zero(self) -> bool:
-        """No scheduler time at all: the engine runs exactly as without an overhead."""
-        return self.fixed_s == 0 and self.per_request_s == 0 and self.per_token_s == 0
+        """No host time at all: the engine runs exactly as without an overhead."""
+        return all(getattr(self, name) == 0 for name in SECONDS)
 
-    def iteration_cpu_s(self, step: Step, num_iterations: int) -> np.ndarray:
-        """Scheduler seconds before each of the step's first `num_iterations` iterations."""
-        b = step.num_seqs
-        later = self.fixed_s + (self.per_request_s + self.per_token_s) * b
-        cpu = np.full(num_iterations, later, dtype=np.float64)
-        cpu[0] = self.fixed_s + self.per_request_s * b + self.per_token_s * step.num_first_tokens
-        return cpu
+    def iteration_host_s(self, step: Step, num_iterations: int, changed: int | None = None
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """(overlappable, between-iterations) host seconds before each of the first
+        `num_iterations` iterations: schedule + output + detokenize, and prepare (output and
+        prepare are zero with static slots). `changed` defaults to every scheduled request."""
+        b, n = step.num_seqs, num_iterations
+        sampled = np.full(n, float(b))
+        sampled[0] = sum(step.samples)
+        touched = np.full(n, float(b))
+        if self.slots == "static":  # later iterations of a Step change no slot
+            touched[:] = 0.0
+            touched[0] = b if changed is None else changed
+        tokens = np.full(n, float(b))
+        tokens[0] = step.num_first_tokens
+        overlap = self.fixed_s + self.per_request_s * touched + self.per_token_s * tokens
+        if self.tokenizer == "inline":
+            overlap = overlap + self.detokenize_per_request_s * sampled
+        if self.slots == "static":
+            return overlap, np.zeros(n)
+        overlap = overlap + self.output_fixed_s + self.output_per_request_s * sampled
+        return overlap, np.full(n, self.prepare_fixed_s + self.prepare_per_request_s * b)
 
 
 class OverheadClock:
-    """One instance's wall clock under a scheduling overhead (keeps the last GPU iteration)."""
+    """One instance's wall clock under a scheduling overhead (keeps the last GPU iteration and
+    the requests it ran)."""
 
-    __slots__ = ("config", "prev_gpu_s")
+    __slots__ = ("config", "prev_gpu_s", "prev_ids")
 
     def __init__(self, config: SchedulingOverhead) -> None:
         self.config = config  # the modelled overhead
         self.prev_gpu_s = 0.0  # GPU seconds of the instance's last iteration; 0 after idling
+        self.prev_ids: frozenset[int] = frozenset()  # requests of the last step; none after idling
 
     def idle(self) -> None:
-        """The instance went idle: the next iteration's scheduling overlaps nothing."""
+        """The instance went idle: the next iteration's host work overlaps nothing, and every
+        request it schedules takes a fresh slot."""
         self.prev_gpu_s = 0.0
+        self.prev_ids = frozenset()
 
     def run(self, executor: Executor, step: Step, until_s: float
             ) -> tuple[StepResult, float, float]:
-        """Run `step` untruncated on `executor`, add scheduler time, cut at `until_s`.
+        """Run `step` untruncated on `executor`, add the host time, cut at `until_s`.
 
-        Returns the wall-clock StepResult, the scheduler CPU seconds of the iterations that ran
-        and the seconds of them the GPU sat idle waiting (the exposed part)."""
+        Returns the wall-clock StepResult, the engine-loop host seconds of the iterations that
+        ran and the seconds of them the GPU sat idle waiting (the exposed part)."""
         gpu_result = executor.execute(step, math.inf)
         ends = gpu_result.iteration_ends_s
         oom_at = len(ends) + 1 if gpu_result.oom else 0
         if oom_at:  # the failed iteration's GPU time ends at duration_s
             ends = np.append(ends, gpu_result.duration_s)
         gpu = np.diff(ends, prepend=0.0)
-        cpu = self.config.iteration_cpu_s(step, len(ends))
+        ids = frozenset(step.request_ids)
+        overlap, between = self.config.iteration_host_s(step, len(ends),
+                                                        len(ids ^ self.prev_ids))
         if self.config.mode == "serial":
-            gaps = cpu
+            gaps = overlap + between
         else:
             before = np.concatenate(((self.prev_gpu_s,), gpu[:-1]))
-            gaps = np.maximum(cpu - before, 0.0)
+            gaps = np.maximum(overlap - before, 0.0) + between
         result = modelled_result(np.cumsum(gaps + gpu), until_s, oom_at)
         ran = result.num_iterations + (1 if result.oom else 0)
         self.prev_gpu_s = float(gpu[ran - 1])
-        return result, float(cpu[:ran].sum()), float(gaps[:ran].sum())
+        self.prev_ids = ids
+        return result, float((overlap + between)[:ran].sum()), float(gaps[:ran].sum())
 
 
 def build_overhead(raw: Mapping[str, Any] | None, backend: str = "sim"
@@ -110,8 +160,8 @@ def build_overhead(raw: Mapping[str, Any] | None, backend: str = "sim"
     if not raw:
         return None
     if not isinstance(raw, Mapping):
-        raise ConfigError(WHERE, raw, "must be a mapping (fixed_s, per_request_s, per_token_s, "
-                                      "mode, calibration)")
+        raise ConfigError(WHERE, raw, "must be a mapping of SchedulingOverhead fields "
+                                      "(fixed_s, per_request_s, mode, ...) or calibration")
     if backend == "real":
         raise ConfigError(WHERE, dict(raw), "the real backend's scheduling time is real, not "
                                             "modelled: drop it with backend: real")
