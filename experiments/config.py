@@ -23,6 +23,7 @@ from experiments.report import rate_text
 from experiments.workload_config import INF_RATE, clients_at_rate, parse_rate
 from experiments.workload_config import (SyntheticWorkload, TraceWorkload, WorkloadConfig,
                                          sessions_at_rate, workload_from_dict)
+from experiments.workload_rtp import rtp_at_rate
 from policies.kv_tier_config import check_kv_tiers_cluster
 from policies.prefix_caching import check_cluster_model_causal, check_prefix_caching_backend
 from sim.admission import AdmissionConfig
@@ -141,6 +142,9 @@ class ExperimentConfig:
         if self.workload.clients is not None:
             for i, rate in enumerate(self.request_rates):
                 clients_at_rate(self.workload.clients, rate, f"request_rates[{i}]")
+        for rtp in (self.workload.plugin_calls, self.workload.ptuning):
+            for i, rate in enumerate(self.request_rates if rtp is not None else ()):
+                rtp_at_rate(rtp, rate, f"request_rates[{i}]")
 
     def cluster_for(self, entry: PolicyEntry, where: str = "cluster") -> ClusterSpec:
         """The cluster a policy entry runs on: the experiment's, with the entry's overrides
@@ -187,6 +191,12 @@ def check_draft(config: Any, cluster: ClusterSpec, where: str) -> None:
     """ConfigError when a policy speculates (num_speculative_tokens > 0) on a cluster with
     no draft model (every run would fail when its policy is built)."""
     k = getattr(config, "num_speculative_tokens", 0)
+    if k and getattr(config, "speculative_method", "draft") == "medusa":
+        if cluster.medusa_heads < k:
+            raise ConfigError(f"{where}.params.num_speculative_tokens", k,
+                              f"Medusa needs cluster.medusa_heads >= {k} (or "
+                              f"{where}.cluster.medusa_heads), got {cluster.medusa_heads}")
+        return
     if k and cluster.draft_model is None:
         raise ConfigError(f"{where}.params.num_speculative_tokens", k,
                           f"speculative decoding needs a draft model: set cluster.draft_model "

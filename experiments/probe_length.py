@@ -15,7 +15,8 @@ the arrivals stopped) is run again with twice the requests, up to `max_doublings
 A trace re-timed at the rate (`retime: poisson`, `gamma` or `vllm`) is lengthened by repeating
 its requests in order (the length distribution unchanged), a synthetic workload, vLLM's random
 dataset or a multi-client mix by drawing more. A trace with prefix blocks or sessions (a repeat
-would hit the cache it filled), one re-timed by `scale` and sessions are probed as configured;
+would hit the cache it filled), one re-timed by `scale`, sessions and RTP-LLM's plugin-call and
+P-tuning workloads are probed as configured;
 the steady-state check (sim/steady.py) still flags a probe too short to settle.
 """
 
@@ -120,6 +121,8 @@ def what_is_kept(cfg: ExperimentConfig) -> str:
     workload = cfg.workload
     if workload.sessions is not None:
         return "a session workload"
+    if workload.plugin_calls is not None or workload.ptuning is not None:
+        return "a plugin-call or P-tuning workload"
     if workload.trace is not None and workload.trace.retime not in REPEATABLE:
         return f"a trace re-timed by {workload.trace.retime}"
     return "a trace with prefix blocks or sessions"

@@ -1,6 +1,7 @@
-"""The request trace of each run: a synthetic draw (or vLLM's random dataset), a multi-client
-mix, or a trace file (read through its column mapping, if any; with `skip_bad_rows`, its
-malformed rows dropped and reported) re-timed at a rate; a rate of inf puts every request at 0."""
+"""The request trace of each run: a synthetic draw (or vLLM's random dataset, RTP-LLM's
+plugin-call or P-tuning pattern), multi-turn sessions, a multi-client mix, or a trace file (read
+through its column mapping, if any; with `skip_bad_rows`, its malformed rows dropped and
+reported) re-timed at a rate; a rate of inf puts every request at 0."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from experiments.classes_config import apply_classes
 from experiments.config import ExperimentConfig, PolicyEntry
 from experiments.workload_checks import check_workload
 from experiments.workload_config import TraceWorkload, clients_at_rate, sessions_at_rate
+from experiments.workload_rtp import rtp_at_rate
 from sim.errors import ConfigError, TraceError
 from traces.bench_arrivals import vllm_retime
 from traces.clients import multi_client_trace
 from traces.files import existing_file
 from traces.mapping import load_mapped
+from traces.plugin_calls import plugin_call_trace
+from traces.ptuning import ptuning_trace
 from traces.random_dataset import random_trace
 from traces.registry import infer_format, load_trace, shared_trace_path
 from traces.schema import trace_stats
@@ -116,6 +120,12 @@ def build_workload(cfg: ExperimentConfig, base: pd.DataFrame | None, rate: float
     elif cfg.workload.clients is not None:
         assert rate is not None
         df = multi_client_trace(clients_at_rate(cfg.workload.clients, rate, "rate"), seed)
+    elif cfg.workload.plugin_calls is not None:
+        assert rate is not None
+        df = plugin_call_trace(rtp_at_rate(cfg.workload.plugin_calls, rate, "rate"), seed)
+    elif cfg.workload.ptuning is not None:
+        assert rate is not None
+        df = ptuning_trace(rtp_at_rate(cfg.workload.ptuning, rate, "rate"), seed)
     else:
         assert base is not None and cfg.workload.trace is not None
         df = retime(base, cfg.workload.trace, rate, seed)

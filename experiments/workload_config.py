@@ -1,6 +1,6 @@
 """The workload section of an experiment config: synthetic, vLLM's random dataset, trace,
-multi-turn sessions or a multi-client mix, and the closed-loop `max_concurrency`
-(docs/workloads.md)."""
+multi-turn sessions, a multi-client mix, or RTP-LLM's plugin-call / P-tuning patterns, and the
+closed-loop `max_concurrency` (docs/workloads.md)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,18 @@ import dataclasses
 from dataclasses import dataclass
 
 from experiments.config_checks import build, check_keys, check_positive_number, mapping, rebase
+from experiments.workload_rtp import rtp_from_dict
 from sim.errors import ConfigError
 from traces.clients import ClientSpec, MultiClientConfig
 from traces.mapping import TimestampFormat, TraceMapping
+from traces.plugin_calls import PluginCallConfig
+from traces.ptuning import PTuningConfig
 from traces.random_dataset import RandomDataset
 from traces.sessions import SessionConfig
 from traces.synthetic import LENGTH_PRESETS, LengthDist, SyntheticConfig
 
-KINDS = ("synthetic", "trace", "sessions", "clients", "random")  # workload keys: give one
+KINDS = ("synthetic", "trace", "sessions", "clients", "random", "plugin_calls",
+         "ptuning")  # workload keys: give one
 RETIMINGS = ("none", "poisson", "gamma", "scale", "vllm")  # replay | Poisson | Gamma | rescale
 # to rate | vllm bench serve's own schedule (Gamma, last send at n / rate; traces/bench_arrivals)
 CLIENT_KEYS = ("num_requests", "duration_s")  # workload keys beside `clients`
@@ -129,9 +133,12 @@ class WorkloadConfig:
     clients: MultiClientConfig | None = None  # a multi-client mix (traces/clients.py)
     max_concurrency: int | None = None  # requests in the system at once (closed loop); None: open
     random: RandomDataset | None = None  # vLLM's random dataset (traces/random_dataset.py)
+    plugin_calls: PluginCallConfig | None = None  # RTP-LLM's plugin calls (traces/plugin_calls)
+    ptuning: PTuningConfig | None = None  # RTP-LLM's P-tuning prefixes (traces/ptuning.py)
 
     def __post_init__(self) -> None:
-        kinds = [self.synthetic, self.trace, self.sessions, self.clients, self.random]
+        kinds = [self.synthetic, self.trace, self.sessions, self.clients, self.random,
+                 self.plugin_calls, self.ptuning]
         if kinds.count(None) != len(kinds) - 1:
             raise ConfigError("workload", None, f"give exactly one of {' / '.join(KINDS)}")
         if self.max_concurrency is not None:
@@ -165,7 +172,9 @@ def workload_from_dict(value: object) -> WorkloadConfig:
     concurrency = raw.get("max_concurrency")
     if concurrency is not None:
         check_positive_number("workload.max_concurrency", concurrency, integer=True)
-    return WorkloadConfig(synthetic, trace, sessions, clients, concurrency, random)
+    rtp = {kind: rtp_from_dict(kind, raw[kind]) for kind in ("plugin_calls", "ptuning")
+           if kind in raw}
+    return WorkloadConfig(synthetic, trace, sessions, clients, concurrency, random, **rtp)
 
 
 def trace_from_dict(value: object) -> TraceWorkload:

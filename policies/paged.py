@@ -43,11 +43,12 @@ from sim.request import Request, emit_batch
 from policies.base import Policy, PolicyConfig
 from policies.kv_tier_config import check_kv_tier_params
 from policies.kv_tiers import build_kv_tiers
+from policies.lora import build_lora_scheduler, check_lora_params
 from policies.paged_decode import DecodeBatch, extra_blocks, jump_iterations
 from policies.paged_instance import PagedInstance
 from policies.paged_prefix_jumps import PrefixJumps
 from policies.prefix_caching import PrefixCaching, check_causal_model
-from policies.speculative import build_speculator, check_speculative
+from policies.speculative import build_speculator, check_method, check_speculative
 from policies.routing import InstanceLoad, build_router, check_router
 from policies.swap import swap_out
 
@@ -63,6 +64,11 @@ class PagedConfig(PolicyConfig):
     num_speculative_tokens: int = 0  # k: draft tokens per decode (policies/speculative.py)
     acceptance_rate: float = 0.7  # per-token probability the target accepts a draft token
     acceptance_concentration: float = 0.0  # Beta concentration of per-request rates; 0: fixed
+    speculative_method: str = "draft"  # draft: cluster.draft_model proposes k tokens | medusa:
+    # k Medusa heads (cluster.medusa_heads) propose a tree (policies/speculative.py)
+    medusa_tree_size: int = 64  # tokens a Medusa verify row computes: root + candidates
+    lora_adapters: int = 0  # LoRA adapters requests use (policies/lora.py); 0: LoRA off
+    lora_zipf: float = 0.0  # Zipf exponent of adapter popularity when drawn (0: uniform)
     enable_prefix_caching: bool = False  # reuse cached prefix KV blocks (prefix_caching.py)
     # KV memory tiers (policies/kv_tier_config.py), off by default:
     preemption_mode: str = "recompute"  # recompute | swap (preempted KV to host memory)
@@ -83,6 +89,8 @@ class PagedConfig(PolicyConfig):
                               "must be true or false")
         check_speculative(self.num_speculative_tokens, self.acceptance_rate,
                           self.acceptance_concentration)
+        check_method(self.speculative_method, self.num_speculative_tokens, self.medusa_tree_size)
+        check_lora_params(self.lora_adapters, self.lora_zipf, self.preemption_mode)
         check_kv_tier_params(self)
 
 
@@ -109,8 +117,13 @@ class PagedPolicy(PrefixJumps, Policy):
         self.router = build_router(self.config.router, len(self.instances))
         c = self.config
         self.spec = build_speculator(c.num_speculative_tokens, c.acceptance_rate,
-                                     c.acceptance_concentration, self.rng, self.instances)
-        self.decode_width = 1 + c.num_speculative_tokens  # tokens a decode computes per step
+                                     c.acceptance_concentration, self.rng, self.instances,
+                                     c.speculative_method, c.medusa_tree_size)
+        self.decode_width = 1 + (self.spec.k if self.spec else 0)  # tokens a decode computes
+        self.lora = build_lora_scheduler(c.lora_adapters, c.lora_zipf, self.rng, self.recorder,
+                                         self.instances, self)
+        for i, s in enumerate(self.state):
+            s.lora = self.lora.slots[i] if self.lora else None
 
     def seq_limit(self, info: InstanceInfo) -> int:
         """Running requests at most on the instance `info` describes."""
@@ -128,6 +141,8 @@ class PagedPolicy(PrefixJumps, Policy):
 
     def add_request(self, request: Request, now: float) -> bool:
         need = request.num_prompt_tokens + 1
+        if self.lora is not None:
+            self.lora.assign(request)
         fits = [i for i, s in enumerate(self.state) if not self.never_fits(s, need)]
         if not fits:
             request.reject(now, f"prompt + 1 = {need} tokens need more KV blocks than any "
@@ -155,6 +170,8 @@ class PagedPolicy(PrefixJumps, Policy):
         """Whether the head waiting request may get blocks for its known tokens now."""
         if len(s.running) >= s.max_num_seqs:
             return False
+        if s.lora is not None and not self.lora.pick(s.lora, s.waiting, s.running):  # type: ignore
+            return False  # no waiting request's adapter can get a slot now
         r = s.waiting[0]
         hits = () if self.prefix is None else self.prefix.lookup(s.blocks, r)
         if not s.running:  # an empty instance keeps no watermark
@@ -168,6 +185,8 @@ class PagedPolicy(PrefixJumps, Policy):
             s.blocks.allocate(r.request_id, r.num_tokens)
         else:  # a cached prefix is shared and counts as computed
             self.prefix.admit(s.blocks, r)
+        if s.lora is not None:
+            self.lora.acquire(s.lora, r, s.running)  # type: ignore[union-attr]
         r.mark_scheduled(now, instance_id)
         s.running.append(r)
         return r
@@ -264,7 +283,8 @@ class PagedPolicy(PrefixJumps, Policy):
         step = Step(instance_id, ids_t, tuple(chunks),
                     tuple([r.num_computed_tokens for r in batch]), samples,
                     num_iterations=num_iterations, num_draft_tokens=k, num_verify_seqs=nv,
-                    num_shared_kv_tokens=s.blocks.shared_tokens(ids_t))
+                    num_shared_kv_tokens=s.blocks.shared_tokens(ids_t),
+                    **(self.lora.annotate(s.lora, batch) if s.lora is not None else {}))
         return step if s.moves is None else s.moves.attach(step)  # KV tier copies, if any
 
     def decode_step(self, s: PagedInstance, instance_id: int, batch: list[Request],

@@ -9,6 +9,7 @@ from sim.block_counter import KVBlocks
 from sim.kv_moves import KVMoves
 from sim.request import Request
 
+from policies.lora import LoraSlots
 from policies.swap_space import SwapSpace
 
 
@@ -24,3 +25,4 @@ class PagedInstance:
     swap: SwapSpace | None = None  # host memory for swapped-out KV (preemption_mode: swap)
     moves: KVMoves | None = None  # KV copies between tiers the next step makes (tiers on)
     max_num_seqs: int = 256  # running requests at most on this instance
+    lora: LoraSlots | None = None  # resident LoRA adapters (policies/lora.py), when LoRA is on

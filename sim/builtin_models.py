@@ -70,9 +70,11 @@ BUILTIN_MODELS: tuple[ModelSpec, ...] = (
     # parallel attention; 7B multi-query (1 KV head), 40B grouped (8 KV heads). The cards'
     # 7.22 B and 41.8 B count the checkpoint's stored copy of the tied lm_head
     ModelSpec("falcon-7b", 32, 4544, 71, 1, 64, 18176, 65024, gated_mlp=False,
-              tie_word_embeddings=True, max_position_embeddings=2048),  # 6.92 B
+              tie_word_embeddings=True, max_position_embeddings=2048,
+              parallel_attn=True),  # 6.92 B
     ModelSpec("falcon-40b", 60, 8192, 128, 8, 64, 32768, 65024, gated_mlp=False,
-              tie_word_embeddings=True, max_position_embeddings=2048),  # 41.30 B
+              tie_word_embeddings=True, max_position_embeddings=2048,
+              parallel_attn=True),  # 41.30 B
     # small Llama-tokenizer models used as speculative-decoding drafts
     ModelSpec("llama-68m", 2, 768, 12, 12, 64, 3072, 32000, max_position_embeddings=2048),
     ModelSpec("tinyllama-1.1b", 22, 2048, 32, 4, 64, 5632, 32000, max_position_embeddings=2048),

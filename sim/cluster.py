@@ -52,6 +52,10 @@ class ClusterSpec:
     kv_host_link: str = DEFAULT_HOST_LINK  # GPU <-> host memory link of KV swap and host prefix
     # tier copies (a sim/kv_transfer.py preset: pcie4_host ~25 GB/s, pcie5_host ~50 GB/s, ...)
     kv_remote_link: str = DEFAULT_REMOTE_LINK  # remote KV store -> GPU link (a preset)
+    medusa_heads: int = 0  # Medusa decoding heads on the target (sim/medusa.py); 0: none
+    medusa_head_layers: int = 1  # residual blocks per Medusa head (Medusa's default: 1)
+    lora: Mapping[str, Any] = field(default_factory=dict)  # LoRA adapter slots (sim/lora.py:
+    # max_loras, max_lora_rank, target_modules); {}: LoRA off
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -72,6 +76,7 @@ class ClusterSpec:
                                              self.cost_model):
             raise ConfigError("cluster.draft_model", self.draft_model, "a draft model runs on "
                               "the cost models only (backend: sim, no calibration)")
+        self._check_heads_and_adapters()
         build_overhead(self.scheduling_overhead, self.backend)  # validates; None when empty
         if self.max_model_len is not None:
             resolve_max_model_len((), self.max_model_len)  # an int >= 1; vs the model: at build
@@ -81,6 +86,26 @@ class ClusterSpec:
             hf_static_params(self.engine)  # validates the options
             check_hf_static_cluster(self.tensor_parallel, self.backend, self.draft_model,
                                     "calibration" in self.cost_model)
+
+    def _check_heads_and_adapters(self) -> None:
+        """Medusa heads and LoRA slots: valid, on the cost models only, heads without a draft."""
+        from sim.lora import lora_spec
+        from sim.medusa import check_medusa_heads
+
+        check_medusa_heads(self.medusa_heads)
+        check_positive("cluster.medusa_head_layers", self.medusa_head_layers, allow_zero=True)
+        lora_spec(self.lora)  # validates
+        costed = self.backend == "sim" and "calibration" not in self.cost_model and \
+            engine_kind(self.engine) != "hf_static"
+        for name, on in (("cluster.medusa_heads", self.medusa_heads),
+                         ("cluster.lora", self.lora)):
+            if on and not costed:
+                raise ConfigError(name, on, "runs on the cost models only (backend: sim, no "
+                                  "calibration, the paged engine)")
+        if self.medusa_heads and self.draft_model is not None:
+            raise ConfigError("cluster.medusa_heads", self.medusa_heads,
+                              f"Medusa heads replace a draft model; drop cluster.draft_model "
+                              f"({self.draft_model})")
 
     def _check_types(self) -> None:
         """Every field, and the cost-model and overhead numbers, of its annotated type (no
@@ -130,8 +155,25 @@ def build_executors(spec: ClusterSpec,
         return build_hf_static_executors(deployment, spec.engine, spec.num_instances)
     draft = build_draft(deployment, spec.draft_model, spec.cost_model)  # None without one
     links = tier_links(deployment, spec.kv_host_link, spec.kv_remote_link)
-    executor = CostModelExecutor(build_cost_model(deployment, spec.cost_model), draft, links)
+    medusa, lora = heads_and_adapters(spec, deployment, links)
+    executor = CostModelExecutor(build_cost_model(deployment, spec.cost_model), draft, links,
+                                 medusa, lora)
     return [executor] * spec.num_instances
+
+
+def heads_and_adapters(spec: ClusterSpec, deployment: Any, links: Any) -> tuple:
+    """The cluster's Medusa heads and LoRA costs (each None when off), priced with the
+    roofline efficiencies of `cluster.cost_model` (defaults under the stage model)."""
+    from sim.cost_model_choice import roofline_config
+    from sim.lora import build_lora
+    from sim.medusa import build_medusa
+
+    eff = roofline_config(spec.cost_model)
+    medusa = build_medusa(deployment, spec.medusa_heads, spec.medusa_head_layers,
+                          eff.compute_efficiency, eff.memory_efficiency)
+    lora = build_lora(deployment, spec.lora, links.host, eff.compute_efficiency,
+                      eff.memory_efficiency)
+    return medusa, lora
 
 
 def deployment_names(spec: ClusterSpec) -> tuple[str, str, int]:

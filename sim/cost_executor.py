@@ -11,6 +11,8 @@ from sim.cost_model import RooflineCostModel, kv_dtype_bytes
 from sim.draft import DraftModel, shared_kv_capacity
 from sim.executor import InstanceInfo, Step, StepResult, modelled_result
 from sim.kv_moves import TierLinks, tier_links
+from sim.lora import LoraCost
+from sim.medusa import MedusaHeads
 
 
 class CostModelExecutor:
@@ -21,20 +23,30 @@ class CostModelExecutor:
     time is charged as lost. With a `draft` model (speculative decoding, `sim/draft.py`) the
     capacity shrinks by the draft's weights and KV, and each step first pays the draft's work.
     A step that copies KV between memory tiers (swap, host / remote prefix tiers) pays the copies
-    over `kv_links` in its first iteration (sim/kv_moves.py).
+    over `kv_links` in its first iteration (sim/kv_moves.py). Medusa heads (sim/medusa.py) and
+    LoRA adapter slots (sim/lora.py) take their weights out of the KV budget; a step pays the
+    heads' time and its adapter loads in its first iteration, its adapter segments in each.
     """
 
-    __slots__ = ("cost_model", "draft", "_capacity", "kv_links", "_ends")
+    __slots__ = ("cost_model", "draft", "_capacity", "kv_links", "_ends", "medusa", "lora")
 
     def __init__(self, cost_model: RooflineCostModel, draft: DraftModel | None = None,
-                 kv_links: TierLinks | None = None) -> None:
+                 kv_links: TierLinks | None = None, medusa: MedusaHeads | None = None,
+                 lora: LoraCost | None = None) -> None:
         self.cost_model = cost_model  # the roofline model of one deployment
         self.draft = draft  # the speculative-decoding draft on the same GPUs, if any
         # links of KV copies between memory tiers (default: PCIe 4.0 host, 100 GbE remote)
         self.kv_links = kv_links if kv_links is not None else tier_links(cost_model.deployment)
+        self.medusa = medusa  # Medusa decoding heads on the target, if any
+        self.lora = lora  # LoRA adapter slots and their costs, if LoRA is on
         target = cost_model.deployment
         self._capacity = (target.kv_capacity_tokens if draft is None else
                           shared_kv_capacity(target, draft.cost_model.deployment))  # tokens
+        extra = ((medusa.weight_bytes_per_gpu if medusa is not None else 0.0)
+                 + (lora.slot_bytes_per_gpu if lora is not None else 0.0))  # bytes per GPU
+        if extra:  # heads / adapter slots come out of the KV budget
+            self._capacity = int((target.kv_bytes_per_gpu - extra)
+                                 // target.kv_bytes_per_token_per_gpu)
         # cumulative iteration ends computed lazily up to a cut, when the cost model offers it
         self._ends = getattr(cost_model, "iteration_ends_from_sums", None)
 
@@ -82,7 +94,9 @@ class CostModelExecutor:
         return InstanceInfo(instance_id, self._capacity, self.name, self.has_draft,
                             self.kv_bytes_per_token, self.num_layers, gpu_name=gpu.name,
                             gpu_memory_bytes=gpu.memory_bytes, kv_links=self.kv_links,
-                            model_name=model.name, causal=model.causal)
+                            model_name=model.name, causal=model.causal,
+                            medusa_heads=self.medusa.num_heads if self.medusa else 0,
+                            max_loras=self.lora.spec.max_loras if self.lora else 0)
 
     def _first_oom_iteration(self, first_kv: int, num_seqs: int, num_iterations: int) -> int:
         """1-based iteration whose KV footprint first exceeds capacity, or 0 if none does."""
@@ -108,16 +122,33 @@ class CostModelExecutor:
         sums = (sum_n, sum_c, sum_nc, sum_nn, num_seqs,
                 sum(step.samples) + k * step.num_verify_seqs, iterations)
         draft_s = 0.0 if self.draft is None else self.draft.draft_seconds(step)
+        if self.medusa is not None:  # the heads run after the forward, on each sampling row
+            draft_s += self.medusa.step_seconds(step)
         copies = step.num_swap_in_tokens or step.num_swap_out_tokens or step.num_remote_in_tokens
+        if self.lora is not None and step.lora_ids:
+            return self._with_lora(step, sums, draft_s, until_s, oom_at, copies)
         if self._ends is not None and not copies:  # ends computed only as far as `until_s` cuts
             ends = self._ends(*sums, until_s if not oom_at else math.inf, draft_s)
             if not oom_at:
                 return StepResult(ends[-1], np.array(ends))
             return modelled_result(np.array(ends), until_s, oom_at)
         times = self.cost_model.iteration_times_from_sums(*sums)
-        if self.draft is not None:
+        if draft_s:
             times[0] += draft_s
         if copies:
             times[0] += self.kv_links.seconds(step)
         ends = times if iterations == 1 else np.cumsum(times)
         return modelled_result(ends, until_s, oom_at)
+
+    def _with_lora(self, step: Step, sums: tuple, extra_s: float, until_s: float, oom_at: int,
+                   copies: int) -> StepResult:
+        """A step with LoRA rows: the target's iterations plus `extra_s` (draft, heads), the
+        adapter loads and the KV copies in the first, the adapter segments in each."""
+        assert self.lora is not None
+        times = self.cost_model.iteration_times_from_sums(*sums).astype(np.float64)
+        first_s, later_s = self.lora.iteration_seconds(step)
+        times[0] += extra_s + first_s + self.lora.load_seconds(step.num_lora_loads)
+        times[1:] += later_s
+        if copies:
+            times[0] += self.kv_links.seconds(step)
+        return modelled_result(np.cumsum(times), until_s, oom_at)

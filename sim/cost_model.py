@@ -9,7 +9,8 @@ bytes / (bandwidth * memory_eff)):
   dequant    weight-only int8/int4: each weight is dequantized on the vector (fp32) units;
   attention  4 * head_dim FLOPs per (query, key) pair per head; reads the KV of every context
              token, writes the KV of every new token;
-  allreduce  with tensor parallelism, 2 ring all-reduces of the hidden states per layer;
+  allreduce  with tensor parallelism, 2 ring all-reduces of the hidden states per layer (1 with
+             parallel attention, `ModelSpec.allreduces_per_layer`);
   MoE        routed experts: 2 FLOPs per expert weight per token-expert row, weights of the
              expected distinct experts the batch touches read once (sim/moe_cost.py); with
              expert parallelism a dispatch and a combine all-to-all per MoE layer;
@@ -99,7 +100,7 @@ class RooflineCostModel:
                            / gpu.peak_vector_flops)  # seconds per iteration
         self._attn_fpp = 4.0 * m.num_layers * (m.num_attention_heads // tp) * m.head_dim  # FLOPs
         self._kv_bpt = deployment.kv_bytes_per_token_per_gpu  # bytes per token
-        num_ar = 2 * m.num_layers if tp > 1 else 0  # all-reduces per iteration
+        num_ar = m.allreduces_per_layer * m.num_layers if tp > 1 else 0  # per iteration
         self._moe: RooflineMoE | None = None  # the routed experts' terms of an MoE model
         if m.moe is not None or m.mla is not None:
             num_ar -= self._init_moe(deployment, config)

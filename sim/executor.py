@@ -66,11 +66,15 @@ class Step:
     # (swapped-in requests, host-tier prefix hits; sim/kv_moves.py), whole blocks
     num_swap_out_tokens: int = 0  # KV tokens copied GPU -> host before the forward (swap-outs)
     num_remote_in_tokens: int = 0  # KV tokens loaded from the remote KV store before the forward
+    lora_ids: tuple[int, ...] = ()  # per request: its LoRA adapter (-1: none); (): no LoRA
+    num_lora_loads: int = 0  # LoRA adapters copied host -> GPU before the forward (sim/lora.py)
 
     def __post_init__(self) -> None:
         n = len(self.request_ids)
         if not (len(self.num_new_tokens) == len(self.num_context_tokens) == len(self.samples) == n):
             raise ValueError("Step columns must have one entry per scheduled request")
+        if self.lora_ids and len(self.lora_ids) != n:
+            raise ValueError("Step.lora_ids must be empty or have one entry per request")
         if self.num_iterations < 1:
             raise ValueError(f"Step.num_iterations={self.num_iterations}: must be >= 1")
         if self.num_iterations > 1 and not all(self.samples):
@@ -161,6 +165,8 @@ class InstanceInfo:
     model_name: str = ""  # the served model's name, e.g. "chatglm-6b"; "": unknown
     causal: bool = True  # the served model is causal (ModelSpec.causal): its prefix KV can be
     # reused across requests; False: a prefix-LM, whose prefix caching is refused
+    medusa_heads: int = 0  # Medusa decoding heads on the target (sim/medusa.py); 0: none
+    max_loras: int = 0  # LoRA adapter slots on the GPU (sim/lora.py); 0: LoRA off
 
 
 def info_of(executor: Any, instance_id: int) -> InstanceInfo:

@@ -13,10 +13,11 @@ transformers' `FalconAttention` picks them:
 
 transformers' `FalconConfig.to_dict()` says `num_kv_heads: 71` for Falcon-7B, where its model
 builds one KV head, so the flags decide, never `num_kv_heads` alone. Configs omit the context:
-`FalconConfig`'s default of 2,048 tokens applies. Parallel attention changes no weight or FLOP
-(a layer's attention and MLP read the same normed input; vLLM then sums their outputs before one
-all-reduce per layer, which the cost models, charging two, do not price). Biases (`bias: true`,
-Falcon-RW) are not counted, as for GPT-2 and OPT.
+`FalconConfig`'s default of 2,048 tokens applies. Parallel attention (`parallel_attn`, default
+true, or `new_decoder_architecture`) changes no weight or FLOP: a layer's attention and MLP read
+the same normed input and vLLM sums their outputs before ONE tensor-parallel all-reduce per layer
+(`reduce_row_parallel_results` false), which `ModelSpec.parallel_attn` tells the cost models.
+Biases (`bias: true`, Falcon-RW) are not counted, as for GPT-2 and OPT.
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ def falcon_kv_heads(cfg: Mapping[str, Any]) -> int:
         kv = _first(cfg, KV_HEAD_KEYS)
         return num_heads if kv is None else int_value(kv[1], f"{FIELD}.{kv[0]}")
     return 1 if _flag(cfg, "multi_query", True) else num_heads
+
+
+def falcon_parallel_attn(cfg: Mapping[str, Any]) -> bool:
+    """Whether a Falcon config's layers run attention and MLP in parallel (one all-reduce per
+    layer in vLLM): `new_decoder_architecture` (always for `RefinedWeb`) or `parallel_attn`
+    (FalconConfig's default: true)."""
+    new_arch = str(cfg.get("model_type", "")).lower() == "refinedweb" or \
+        _flag(cfg, "new_decoder_architecture", False)
+    return new_arch or _flag(cfg, "parallel_attn", True)
 
 
 def with_falcon_defaults(cfg: Mapping[str, Any]) -> dict[str, Any]:

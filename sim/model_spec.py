@@ -41,12 +41,19 @@ class ModelSpec:
     # prefix's KV is the same in any request and can be reused; False: a prefix-LM (GLM-1:
     # bidirectional attention over the whole prompt), whose prefix KV depends on the rest of
     # the prompt and is never reused across requests (prefix caching is refused)
+    parallel_attn: bool = False  # True: attention and MLP read the same input and their
+    # outputs are summed (Falcon: `parallel_attn` / `new_decoder_architecture`), so a
+    # tensor-parallel layer all-reduces once, as vLLM's Falcon does; False: two per layer
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ConfigError("name", self.name, "model name must be non-empty")
-        if not isinstance(self.causal, bool):
-            raise ConfigError("causal", self.causal, "must be true or false")
+        for flag in ("causal", "parallel_attn"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(flag, getattr(self, flag), "must be true or false")
+        if self.parallel_attn and (self.moe is not None or self.mla is not None):
+            raise ConfigError("parallel_attn", True, "not priced with MoE or MLA layers (their "
+                              "cost terms charge two all-reduces per layer)")
         for field in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
                       "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings"):
             value = getattr(self, field)
@@ -76,6 +83,12 @@ class ModelSpec:
         if not layers:
             raise ConfigError("num_sliding_layers", layers,
                               f"must be >= 1 with sliding_window={window}")
+
+    @property
+    def allreduces_per_layer(self) -> int:
+        """Tensor-parallel all-reduces of the hidden states per layer: one after the summed
+        attention + MLP of a parallel-attention layer, else one after each."""
+        return 1 if self.parallel_attn else 2
 
     @property
     def num_attention_params_per_layer(self) -> int:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from sim.builtin_models import ALIASES, BUILTIN_MODELS
 from sim.errors import ConfigError
-from sim.falcon_config import is_falcon, with_falcon_defaults
+from sim.falcon_config import falcon_parallel_attn, is_falcon, with_falcon_defaults
 from sim.hf_config import (CONTEXT_KEYS, FIELD as HF_FIELD, MOE_LAYOUTS,
                             check_moe_representable, check_representable,
                             check_some_moe_layer, config_file, read_config)
@@ -90,6 +90,7 @@ def model_from_config_dict(cfg: Mapping[str, Any], name: str,
         check_moe_representable(cfg, source or name)
     else:
         check_representable(cfg, source or name)
+    parallel_attn = is_falcon(cfg) and falcon_parallel_attn(cfg)  # one all-reduce per layer
     if is_falcon(cfg):
         cfg = with_falcon_defaults(cfg)  # KV heads from Falcon's flags, its 2,048-token context
     hidden = _int(cfg, ("hidden_size", "n_embd", "d_model"))
@@ -113,7 +114,8 @@ def model_from_config_dict(cfg: Mapping[str, Any], name: str,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings",
                                          model_type not in UNTIED_MODEL_TYPES)),
         max_position_embeddings=_int(cfg, CONTEXT_KEYS), moe=moe, mla=mla,
-        causal=not (model_type == "chatglm" and "ffn_hidden_size" not in cfg))  # GLM-1: prefix-LM
+        causal=not (model_type == "chatglm" and "ffn_hidden_size" not in cfg),  # GLM-1: prefix-LM
+        parallel_attn=parallel_attn)
 
 
 def model_config_file(name_or_path: str | Path) -> Path | None:

@@ -99,6 +99,9 @@ class Request:
     request_class: str | None = None  # the workload's class name (trace column `class`)
     priority: int = 0  # scheduling priority: lower is more important (as vLLM's priority)
     timeout_s: float = math.inf  # seconds after arrival at which its client gives up
+    # multi-LoRA (policies/lora.py; record columns only in runs that turn it on)
+    lora_id: int = -1  # the LoRA adapter it runs with (trace column `lora_id`); -1: none
+    num_lora_waits: int = 0  # times admission passed it over: its adapter had no free slot
 
     def __post_init__(self) -> None:
         if self.num_prompt_tokens < 1:

@@ -1,7 +1,8 @@
 """Iteration times composed from any StageTimes (sim/stage_times.py), from a Step's sums.
 
     iteration = L * (dense_layer_s(T) + sum of attention over prefill chunks and decode rows)
-              + 2 * L * allreduce_s(hidden * 2 bytes * T)      (TP > 1)
+              + k * L * allreduce_s(hidden * 2 bytes * T)      (TP > 1; k all-reduces per layer:
+                2, 1 with parallel attention, `ModelSpec.allreduces_per_layer`)
               + step_fixed_s(num_seqs, num_sampled)
 The batch's split into prefill chunks and decode rows comes from its sums (sim/step_shape.py).
 Later iterations of a multi-iteration Step decode one token per row, the KV growing by one;
@@ -45,7 +46,8 @@ class ComposedCostModel:
             attn += st.attn_decode_layer_s(shape.num_decode, round(shape.decode_kv))
         per_layer = st.dense_layer_s(round(tokens)) + attn
         if self.tensor_parallel > 1:
-            per_layer += 2.0 * st.allreduce_s(self._hidden_bytes * tokens)
+            ar = st.allreduce_s(self._hidden_bytes * tokens)
+            per_layer += self.model.allreduces_per_layer * ar
         return self.model.num_layers * per_layer
 
     def _total(self, layers_s, num_seqs: int, num_sampled: int):
@@ -84,7 +86,7 @@ class ComposedCostModel:
         st = self.stages
         per_layer = st.dense_layer_s(b) + np.asarray(many(b, kv))
         if self.tensor_parallel > 1:
-            per_layer += 2.0 * st.allreduce_s(self._hidden_bytes * b)
+            per_layer += self.model.allreduces_per_layer * st.allreduce_s(self._hidden_bytes * b)
         if getattr(st, "step_total_s", None) is None:
             rest = self.iteration_time(BatchShape(0, 0.0, 0.0, 0, 0.0), b, b)  # fixed cost
             out[1:] = self.model.num_layers * per_layer + rest

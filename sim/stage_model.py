@@ -3,10 +3,11 @@
 Implements `sim.stage_times.StageTimes` (each stage on ONE GPU of the TP group) and composes an
 iteration as
 
-    num_layers * (dense_layer_s(N) + attention) + 2 * num_layers * allreduce_s(2 h N) (TP > 1)
+    num_layers * (dense_layer_s(N) + attention) + k * num_layers * allreduce_s(2 h N) (TP > 1)
     + step_fixed_s(num_seqs, num_sampled)
 
-(the GPU part at least num_layers * cpu_launch_per_layer_s, host launch work it overlaps) with
+(k = `ModelSpec.allreduces_per_layer`: 2, 1 with parallel attention; the GPU part at least
+num_layers * cpu_launch_per_layer_s, host launch work it overlaps) with
 the formulas of `sim/stage_params.py` (attention: `sim/stage_attention.py`; several prefill
 chunks of a step run as one kernel over equal chunks with the step's sums, `sim/step_shape.py`).
 Fixed per-kernel and per-layer costs do not divide by TP; only the work does.
@@ -44,7 +45,8 @@ class StageCostModel:
                  "_half", "_gemm_fixed", "_small_fixed", "_small_spt", "_attn", "_inv_bw",
                  "_ar_fixed", "_ar_spb", "_ar_ll_fixed", "_ar_ll_spb", "_launch_floor",
                  "_overlap", "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt",
-                 "_vocab_bytes", "_moe", "_decode_cache", "_sampler_spr", "_scores")
+                 "_vocab_bytes", "_moe", "_decode_cache", "_sampler_spr", "_scores",
+                 "_ar_per_layer")
 
     def __init__(self, deployment: DeploymentSpec, params: StageParams,
                  score_buffer: ScoreBuffer | None = None) -> None:
@@ -91,6 +93,7 @@ class StageCostModel:
         self._sampler_spr = (p.sampler_per_seq_s + p.sampler_logit_passes * m.vocab_size
                              * LOGIT_BYTES * inv_bw / p.add_eff)  # s per sampled row
         self._decode_cache: dict[int, tuple[float, ...]] = {}  # decode terms by batch size
+        self._ar_per_layer = float(m.allreduces_per_layer)  # all-reduces per layer at TP > 1
         self._moe: MoEStageTerms | None = None  # the layers of an MoE / MLA model
         if m.moe is not None or m.mla is not None:
             self._moe = MoEStageTerms(deployment, p)
@@ -221,7 +224,8 @@ class StageCostModel:
     def _layers_s(self, num_tokens: int, attention_s: float) -> float:
         if self._moe is not None:
             return self._moe.layers_s(num_tokens, attention_s, self.allreduce_s)
-        ar = 2 * self.allreduce_s(self._hidden_bytes * num_tokens) if self._tp > 1 else 0.0
+        ar = (self._ar_per_layer * self.allreduce_s(self._hidden_bytes * num_tokens)
+              if self._tp > 1 else 0.0)
         return self._layers * (self.dense_layer_s(num_tokens) + attention_s + ar)
 
     def _first_s(self, num_tokens: int, sum_context: int, sum_new_x_context: int,

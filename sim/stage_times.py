@@ -3,7 +3,8 @@
 A step's time composes as::
 
     num_layers * (dense_layer_s + attention)
-    + 2 * num_layers * allreduce_s(hidden_bytes * num_tokens)   # only when TP > 1
+    + k * num_layers * allreduce_s(hidden_bytes * num_tokens)   # only when TP > 1; k = 2, 1 with
+      # parallel attention (ModelSpec.allreduces_per_layer)
     + step_fixed_s
 
 where attention is the sum of attn_prefill_layer_s over the step's prefill chunks and

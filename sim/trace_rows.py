@@ -25,7 +25,7 @@ def requests_from_trace(trace: "pd.DataFrame") -> list[Request]:
     return [request_from_row(cols, i) for i in range(len(trace))]
 
 
-OPTIONAL = ("text", "app", "session_id", "block_ids", "block_tokens",
+OPTIONAL = ("text", "app", "session_id", "block_ids", "block_tokens", "lora_id",
             *(column for column, _ in CLASS_FIELDS))  # optional trace columns
 
 
@@ -68,6 +68,9 @@ def request_from_row(cols: dict, i: int) -> Request:
         block_tokens=None if granule is None else _optional_int(granule[i]))
     if cols.get("class_columns"):
         _set_class_fields(r, cols, i)
+    lora = cols.get("lora_id")
+    if lora is not None and not _missing(lora[i]):
+        r.lora_id = int(lora[i])  # type: ignore[arg-type]
     return r
 
 

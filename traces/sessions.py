@@ -36,12 +36,14 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError, check_positive
+from traces.content_ids import STREAM_STRIDE
+from traces.content_ids import stream_ids as stream_ids_of
 from traces.lengths import LENGTH_PRESETS, LengthDist
 from traces.schema import validate_trace
 from traces.session_starts import (Starts, in_window_turns, starts_for_count,
                                    starts_for_window)
 
-SESSION_ID_STRIDE = 2**32  # content ids per session (granules of one session's stream)
+SESSION_ID_STRIDE = STREAM_STRIDE  # content ids per session (granules of its stream)
 DEFAULT_NUM_SESSIONS = 100  # sessions when neither num_sessions nor duration_s is set
 
 Turn = tuple[float, int, int]  # (seconds after the session starts, prompt tokens, output tokens)
@@ -120,10 +122,8 @@ class SessionDraw:
 
 def stream_ids(cfg: SessionConfig, session: int, num_tokens: int) -> tuple[int, ...]:
     """Content ids of the first `num_tokens` tokens of session `session`'s stream."""
-    g = cfg.block_tokens
-    shared = cfg.system_prompt_tokens // g  # granules wholly inside the system prompt
-    base = (session + 1) * SESSION_ID_STRIDE
-    return tuple(i if i < shared else base + i for i in range(-(-num_tokens // g)))
+    return stream_ids_of(cfg.block_tokens, num_tokens, (session + 1) * SESSION_ID_STRIDE,
+                         cfg.system_prompt_tokens)
 
 
 def session_turns(cfg: SessionConfig, rng: np.random.Generator) -> list[Turn]:
