@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from sim.errors import check_positive
 from sim.executor import Step, StepResult
-from sim.request import EXCEEDS_MAX_TOKENS, Request, emit_batch
+from sim.emit import emit_batch
+from sim.request import EXCEEDS_MAX_TOKENS, Request
 
 from policies.base import Policy, PolicyConfig
 from policies.cancel import cancel_orca

@@ -38,7 +38,8 @@ from typing import Callable
 from sim.block_counter import KVBlocks, make_block_manager
 from sim.errors import ConfigError, check_positive
 from sim.executor import InstanceInfo, Step, StepResult
-from sim.request import Request, emit_batch
+from sim.emit import emit_batch
+from sim.request import Request
 
 from policies.base import Policy, PolicyConfig
 from policies.kv_tier_config import check_kv_tier_params

@@ -38,7 +38,8 @@ from sim.block_manager import BlockManager
 from sim.errors import ConfigError
 from sim.executor import InstanceInfo
 from sim.recorder import Recorder
-from sim.request import Request, emit_together
+from sim.emit import emit_together
+from sim.request import Request
 
 MAX_SPECULATIVE_TOKENS = 64  # tokens; a sanity bound on k
 MAX_TREE_SIZE = 1024  # tokens a Medusa verify row computes at most (Medusa's default: 64)
