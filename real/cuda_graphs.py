@@ -16,7 +16,7 @@ eagerly (`capture=False`), which is how the CPU tests check everything but the c
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -34,6 +34,20 @@ def capture_sizes(max_batch: int) -> list[int]:
     if max_batch not in sizes:
         sizes.append(max_batch)
     return sorted(set(sizes))
+
+
+def capture_graph(forward: Callable[[], None], device: torch.device, pool: Any) -> Any:
+    """A CUDA graph of `forward()` in memory pool `pool`, after one eager run on a side stream
+    (compiles kernels, fills the allocator's caches)."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        forward()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        forward()
+    return graph
 
 
 class DecodeGraphs:
@@ -93,17 +107,7 @@ class DecodeGraphs:
         log.info("captured %d decode graphs (batch %s)", len(self.graphs), self.buckets)
 
     def _capture_one(self, b: int, pool: Any) -> Any:
-        """The graph of a b-row decode iteration, after one eager run on a side stream
-        (compiles kernels, fills the allocator's caches)."""
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            self._forward(b)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
-            self._forward(b)
-        return graph
+        return capture_graph(lambda: self._forward(b), self.device, pool)
 
     def _load(self, b: int, layout: BatchLayout, input_ids: torch.Tensor | np.ndarray) -> None:
         """Write the batch's rows (and padding up to b) into the static buffers: one pinned

@@ -27,6 +27,7 @@ import torch
 
 from real.attention import BatchLayout
 from real.attn_paged import TABLE_COLUMNS, PagedMetadata
+from real.cuda_graphs import capture_graph
 from real.kernels import ops
 from sim.graph_plan import max_chunks, max_decodes, token_bucket, token_buckets
 
@@ -132,15 +133,7 @@ class MixedGraphs:
         pool = torch.cuda.graph_pool_handle()
         for key in self.keys():
             self._empty(key)
-            stream = torch.cuda.Stream(self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                self._forward(key)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self._forward(key)
-            self.graphs[key] = graph
+            self.graphs[key] = capture_graph(lambda k=key: self._forward(k), self.device, pool)
         torch.cuda.synchronize(self.device)
         log.info("captured %d mixed graphs (tokens %s)", len(self.graphs), self.buckets)
 

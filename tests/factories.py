@@ -165,3 +165,23 @@ def iterations_one_by_one(model, new: list[int], ctx: list[int], k: int) -> list
         out.append(model.iteration_times([1] * len(new), now, len(new))[0])
         now = [x + 1 for x in now]
     return out
+
+
+def check_follow_ups_hit_previous_context(df: pd.DataFrame) -> tuple[object, int]:
+    """Run `df` (a session-like trace: session_id, turn) through vllm_v0 with prefix caching on
+    a fast linear executor and check every later turn's cached tokens: each full 16-token block
+    of the previous request's prompt + output but its last token (whose KV was never computed).
+    Returns (the run's result, the number of later turns checked)."""
+    from policies.simulate import simulate
+
+    ex = LinearExecutor(capacity=10**6, per_token_s=1e-5)
+    res = simulate(df, "vllm_v0", {"enable_prefix_caching": True}, [ex])
+    rec = res.records.assign(session_id=df["session_id"], turn=df["turn"])
+    later = 0
+    for _, turns in rec.groupby("session_id"):
+        turns = turns.sort_values("turn")
+        prev = turns.iloc[:-1]
+        expected = ((prev["prompt_tokens"] + prev["output_tokens"] - 1) // 16 * 16).to_numpy()
+        assert (turns["num_cached_tokens"].iloc[1:].to_numpy() == expected).all()
+        later += len(turns) - 1
+    return res, later

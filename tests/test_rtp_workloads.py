@@ -14,7 +14,7 @@ from experiments.workload import build_workload
 from policies.simulate import simulate
 from sim.errors import ConfigError
 from sim.prefix_keys import block_keys
-from tests.factories import LinearExecutor
+from tests.factories import LinearExecutor, check_follow_ups_hit_previous_context
 from traces.content_ids import STREAM_STRIDE
 from traces.lengths import LengthDist
 from traces.plugin_calls import PluginCallConfig, plugin_call_trace
@@ -108,15 +108,7 @@ def test_follow_ups_reuse_the_whole_previous_context():
     output but the last token, whose KV was never computed."""
     df = plugin_call_trace(PLUGIN, 4)
     ex = LinearExecutor(capacity=10**6, per_token_s=1e-5)
-    res = simulate(df, "vllm_v0", {"enable_prefix_caching": True}, [ex])
-    rec = res.records.assign(session_id=df["session_id"], turn=df["turn"])
-    follow = 0
-    for _, conv in rec.groupby("session_id"):
-        conv = conv.sort_values("turn")
-        prev = conv.iloc[:-1]
-        expected = ((prev["prompt_tokens"] + prev["output_tokens"] - 1) // 16 * 16).to_numpy()
-        assert (conv["num_cached_tokens"].iloc[1:].to_numpy() == expected).all()
-        follow += len(conv) - 1
+    res, follow = check_follow_ups_hit_previous_context(df)
     assert follow > 30
     off = simulate(df, "vllm_v0", {}, [ex]).summary["prefix_hit_rate"]
     assert off == 0 < res.summary["prefix_hit_rate"] < 1

@@ -10,7 +10,7 @@ from experiments.config import experiment_from_dict
 from experiments.workload import build_workload
 from policies.simulate import simulate
 from sim.errors import ConfigError
-from tests.factories import LinearExecutor
+from tests.factories import LinearExecutor, check_follow_ups_hit_previous_context
 from traces.lengths import LengthDist
 from traces.sessions import SESSION_ID_STRIDE, SessionConfig, session_draw, session_trace
 
@@ -90,16 +90,7 @@ def test_prompt_cap_ends_sessions():
 
 def test_next_turn_hits_the_previous_turn_including_its_answer():
     df = session_trace(CFG, 2)
-    ex = LinearExecutor(capacity=10**6, per_token_s=1e-5)
-    res = simulate(df, "vllm_v0", {"enable_prefix_caching": True}, [ex])
-    rec = res.records.assign(session_id=df["session_id"], turn=df["turn"])
-    later = 0
-    for _, turns in rec.groupby("session_id"):
-        turns = turns.sort_values("turn")
-        prev = turns.iloc[:-1]
-        expected = ((prev["prompt_tokens"] + prev["output_tokens"] - 1) // 16 * 16).to_numpy()
-        assert (turns["num_cached_tokens"].iloc[1:].to_numpy() == expected).all()
-        later += len(turns) - 1
+    res, later = check_follow_ups_hit_previous_context(df)
     assert later > 10
     assert 0 < res.summary["prefix_hit_rate"] < 1
 
