@@ -61,11 +61,14 @@ class PrefixJumps:
         block (a later growth may evict it). None: nowhere."""
         if self.prefix is None:
             return None
-        if not any([self.prefix.has_keys(r) for r in decodes]):  # no decode has keys
+        if not self.prefix.own_keys and not any(  # no decode has keys
+                [self.prefix.has_keys(r) for r in decodes]):
             return num_iterations
         bs, blocks = s.blocks.block_size, s.blocks
         when: dict = {}  # content key -> iterations completing it
         for r in decodes:
+            if not r.block_ids and not r.num_preemptions:
+                continue  # no content ids: its keys, if any, are private (the case below)
             own, c = self.prefix.keys(r), r.num_computed_tokens
             lo, hi = c // bs, min(len(own), (c + num_iterations) // bs)
             if lo < hi and own[lo] < 0 and not r.num_preemptions:
@@ -73,6 +76,8 @@ class PrefixJumps:
                 # preempted: no other request completes them and no block caches them yet
             for j in range(lo, hi):
                 when.setdefault(own[j], []).append((j + 1) * bs - c)
+        if not when:
+            return num_iterations
         caps = [num_iterations]
         for key, its in when.items():
             first = min(its)

@@ -82,10 +82,11 @@ class PrefixCaching:
 
     def register(self, blocks: BlockManager, batch: list[Request]) -> None:
         """Cache the blocks of `batch` that became full and computed."""
-        for r in batch:
-            keys = self.keys(r) if self.own_keys or r.block_ids else None  # no ids: no keys
-            if keys:
-                blocks.cache_full_blocks(r.request_id, keys, r.num_computed_tokens)
+        blocks.cache_computed(batch, self.registered_keys)
+
+    def registered_keys(self, r: Request) -> list[BlockKey]:
+        """The keys `register` caches `r`'s blocks under (none without ids or `own_keys`)."""
+        return self.keys(r) if self.own_keys or r.block_ids else []
 
     def forget(self, r: Request) -> None:
         """`r` is finished: drop its keys."""

@@ -91,6 +91,8 @@ class Plan:
     prefills: list[Request]  # requests computing a prefill chunk
     chunks: list[int]  # new tokens of each prefill, tokens
     preempted: bool = False  # a running request was preempted in this step
+    ids: list[int] | None = None  # the decodes' request ids, when all were grown at once
+    held: list[int] | None = None  # tokens each decode holds then (None: not gathered)
 
     def schedule(self, r: Request, num_tokens: int, decode: bool) -> None:
         """Give `r` `num_tokens` of the step's budget, as a decode or as a prefill chunk."""
@@ -163,13 +165,16 @@ class VllmV1Policy(OffloadHooks, PagedClasses, PagedPolicy):
         w, running = self.decode_width, s.running
         if self.offload is not None and any([self.is_loading(r) for r in running]):
             return False
-        if not running or len(running) * w > plan.budget or not all(
-                [r.num_computed_tokens and r.num_new_tokens == 1 for r in running]):
+        if not running or len(running) * w > plan.budget or not all(  # num_new_tokens == 1
+                [r.num_computed_tokens and r.num_prompt_tokens + r.num_output_tokens
+                 - r.num_computed_tokens == 1 for r in running]):
             return False
-        if not s.blocks.grow_to([r.request_id for r in running],
-                                [r.num_computed_tokens + w for r in running]):
+        ids = [r.request_id for r in running]
+        held = s.blocks.grow_to_held(ids, [r.num_computed_tokens + w for r in running])
+        if held is None:
             return False
         plan.decodes.extend(running)
+        plan.ids, plan.held = ids, held
         plan.budget -= len(running) * w
         return True
 
@@ -220,17 +225,18 @@ class VllmV1Policy(OffloadHooks, PagedClasses, PagedPolicy):
             return None
         if not plan.prefills and not plan.preempted and not (
                 self.offload is not None and self.offload.num_loading(instance_id)):
-            return self.jump(s, instance_id, plan.decodes, plan.budget)
+            return self.jump(s, instance_id, plan.decodes, plan.budget, plan.ids, plan.held)
         batch = plan.decodes + plan.prefills
         chunks = [1] * len(plan.decodes) + plan.chunks
         return self.make_step(s, instance_id, batch, chunks, num_decodes=len(plan.decodes))
 
-    def jump(self, s: PagedInstance, instance_id: int, decodes: list[Request],
-             budget: int) -> Step:
+    def jump(self, s: PagedInstance, instance_id: int, decodes: list[Request], budget: int,
+             ids: list[int] | None = None, held: list[int] | None = None) -> Step:
         """A decode-only step over the iterations that cannot change the batch; with the
         prefix cache, also no further than where a waiting request's admission could change
-        or a block would be cached in another order than one iteration at a time."""
-        step = self.decode_step(s, instance_id, decodes)
+        or a block would be cached in another order than one iteration at a time. `ids`,
+        `held`: the decodes' ids and held tokens, when `decodes_fit` gathered them."""
+        step = self.decode_step(s, instance_id, decodes, ids, held)
         caps = (self.iterations_to_admission_change(s, decodes, budget, step.num_iterations),
                 self.iterations_to_cache_order_change(s, decodes, step.num_iterations),
                 None if self.offload is None else self.offload.jump_cap(decodes))

@@ -14,7 +14,7 @@ need ids (the real engine, prefix caching) use `BlockManager`; `make_block_manag
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Any, Callable, Sequence, Union
 
 from sim.block_manager import BlockKey, BlockManager, OutOfBlocks
 from sim.errors import ConfigError, check_positive
@@ -92,6 +92,10 @@ class CountingBlockManager:
                           num_computed_tokens: int) -> int:
         """Nothing is cached without block identity."""
         return 0
+
+    def cache_computed(self, batch: Sequence[Any],
+                       keys_of: Callable[[Any], Sequence[BlockKey]]) -> None:
+        """Nothing is cached without block identity."""
 
     # ---- allocation -------------------------------------------------------------------
     def can_allocate(self, num_tokens: int, hits: Sequence[int] = ()) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Hashable, Sequence
 
+from sim.block_batch import BatchedBlocks
 from sim.block_checks import check_block_manager
 from sim.errors import ConfigError, check_positive
 
@@ -31,7 +32,7 @@ class OutOfBlocks(RuntimeError):
     """An allocation asked for more blocks than are free."""
 
 
-class BlockManager:
+class BlockManager(BatchedBlocks):
     def __init__(self, num_blocks: int, block_size: int = 16, watermark: float = 0.0,
                  enable_caching: bool = False) -> None:
         check_positive("num_blocks", num_blocks)
@@ -54,6 +55,9 @@ class BlockManager:
         self._multi: set[int] = set()  # blocks held by two or more requests
         self._num_extra_refs = 0  # sum over blocks of (references - 1)
         self._num_keyed: dict[int, int] = {}  # request id -> leading blocks looked at for keys
+        # request id -> (its keys, first block keyed lazily): blocks [first, num_keyed) are
+        # keyed under private keys, registered only when the request releases them
+        self._lazy: dict[int, tuple[Sequence[BlockKey], int]] = {}
         self.num_queried_blocks = 0  # keys looked up on allocation (blocks)
         self.num_hit_blocks = 0  # of those, found cached and shared (blocks)
         self.num_evicted_blocks = 0  # cached blocks whose key was dropped to reuse them
@@ -71,7 +75,8 @@ class BlockManager:
     @property
     def num_cached_blocks(self) -> int:
         """Blocks registered under a content key (in use or evictable)."""
-        return len(self._key_of)
+        return len(self._key_of) + sum([self._num_keyed[rid] - lo
+                                        for rid, (_, lo) in self._lazy.items()])
 
     @property
     def capacity_tokens(self) -> int:
@@ -212,16 +217,20 @@ class BlockManager:
                      strict: bool = False) -> list[int] | None:
         """`grow_to`, returning the tokens each request holds after it (None, or OutOfBlocks
         when `strict`: nothing changed, the free blocks do not cover them all). Blocks are
-        taken request by request, as `append` one at a time takes them."""
+        taken request by request, as `append` one at a time takes them (one `_take` for all,
+        handed out in order)."""
         tokens, tables, bs = self._tokens, self._tables, self.block_size
         need = 0
         after = []
+        grown = []  # (table, blocks it takes) in request order
         for rid, t in zip(request_ids, num_tokens):
             held = tokens[rid]
             if t > held:
-                more = -(-t // bs) - len(tables[rid])
+                table = tables[rid]
+                more = -(-t // bs) - len(table)
                 if more > 0:
                     need += more
+                    grown.append((table, more))
                 after.append(t)
             else:
                 after.append(held)
@@ -230,13 +239,9 @@ class BlockManager:
                 raise OutOfBlocks(f"{len(after)} requests need {need} blocks, "
                                   f"{self.num_free_blocks} free")
             return None
-        for rid, t in zip(request_ids, after):
-            if need and t > tokens[rid]:
-                more = -(-t // bs) - len(tables[rid])
-                if more > 0:
-                    self._give(rid, more)
-                    need -= more
-            tokens[rid] = t
+        if need:
+            self._hand_out(grown, need)
+        tokens.update(zip(request_ids, after))
         return after
 
     def free(self, request_id: int) -> int:
@@ -245,6 +250,7 @@ class BlockManager:
         table = self._tables.pop(request_id, [])
         self._tokens.pop(request_id, None)
         keyed = self._num_keyed.pop(request_id, None)
+        lazy = self._lazy.pop(request_id, None)
         freed = 0
         if not self.enable_caching:
             for b in reversed(table):
@@ -253,6 +259,11 @@ class BlockManager:
                     self._free.append(b)
                     freed += 1
             return freed
+        if self._multi.isdisjoint(table):  # no block shared: the loop below, pass by pass
+            return self._free_unshared(table, len(table) if keyed is None
+                                       else min(keyed, len(table)), lazy)
+        if lazy is not None:  # its leading blocks are shared: register the lazy ones first
+            self._register_lazy(request_id, table, lazy, min(keyed or 0, len(table)))
         ref, holders, key_of, lru = self._ref, self._holders, self._key_of, self._evictable
         k = len(table) if keyed is None else min(keyed, len(table))
         if k < len(table):  # blocks past those looked at for keys: never keyed, never shared
@@ -289,29 +300,26 @@ class BlockManager:
         end = min(len(keys), num_computed_tokens // self.block_size, len(table))
         if end <= start:
             return 0
-        cached, key_of, holders = self._cached, self._key_of, self._holders
-        added = 0
-        for b, key in zip(table[start:end], keys[start:end]):
-            if b in key_of or key in cached:
-                continue
-            cached[key] = b
-            key_of[b] = key
-            holders[b] = {request_id}
-            added += 1
         self._num_keyed[request_id] = end
-        return added
+        return self._cache_blocks(request_id, table, keys, start, end)
 
     # ---- internals --------------------------------------------------------------------
     def _take(self, n: int) -> list[int]:
         """`n` free blocks: never-keyed first, then the least recently freed cached blocks."""
         free, lru, cached, key_of = self._free, self._evictable, self._cached, self._key_of
-        out = [free.popleft() for _ in range(min(n, len(free)))]
-        evict = n - len(out)
-        for _ in range(evict):
+        if n == 1 and not free:  # a decode crossing into a new block, evicting
             b, key = lru.popitem(last=False)
             del cached[key]
             del key_of[b]
-            out.append(b)
+            self.num_evicted_blocks += 1
+            return [b]
+        out = [free.popleft() for _ in range(min(n, len(free)))] if free else []
+        evict = n - len(out)
+        popped = [lru.popitem(last=False) for _ in range(evict)]
+        for b, key in popped:
+            del cached[key]
+            del key_of[b]
+        out += [b for b, _ in popped]
         self.num_evicted_blocks += evict
         return out
 
@@ -346,7 +354,9 @@ class BlockManager:
         return 1
 
     def check(self) -> None:
-        """Assert the accounting and cache invariants (for tests; sim/block_checks.py)."""
+        """Assert the accounting and cache invariants (for tests; sim/block_checks.py), with
+        the blocks keyed lazily registered first."""
+        self.register_lazy_keys()
         check_block_manager(self)
 
     def trim(self, request_id: int, num_tokens: int) -> int:
@@ -356,6 +366,10 @@ class BlockManager:
         if request_id not in self._tables or not 0 <= num_tokens <= held:
             raise ValueError(f"request {request_id} holds {held} tokens, cannot trim "
                              f"{num_tokens}")
+        lazy = self._lazy.pop(request_id, None)
+        if lazy is not None:
+            self._register_lazy(request_id, self._tables[request_id], lazy,
+                                self._num_keyed[request_id])
         table = self._tables[request_id]
         keep = self.blocks_for(held - num_tokens)
         freed = 0

@@ -39,7 +39,7 @@ MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")  # a hex SHA-256 digest
 MODULES = (  # the per-step path of the paged, chunked and iteration-level policies
     "sim.engine", "sim.request", "sim.emit", "sim.executor", "sim.cost_executor", "sim.cost_model",
-    "sim.run_ends", "sim.block_counter", "sim.block_manager", "sim.recorder",
+    "sim.run_ends", "sim.block_counter", "sim.block_batch", "sim.block_manager", "sim.recorder",
     "sim.record_log", "sim.request_source", "sim.trace_rows", "sim.stage_model",
     "sim.stage_attention", "sim.step_shape", "sim.stage_times", "sim.moe_cost", "sim.draft",
     "sim.overhead", "sim.timeouts",

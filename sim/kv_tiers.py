@@ -74,6 +74,8 @@ class LRUTier:
 class TieredBlockManager(BlockManager):
     """BlockManager with prefix caching whose evicted blocks go to lower tiers (see above)."""
 
+    lazy_private_keys = False  # every key is registered as computed (the tiers store them)
+
     def __init__(self, num_blocks: int, block_size: int, watermark: float, host: LRUTier,
                  remote: LRUTier | None, moves: KVMoves) -> None:
         super().__init__(num_blocks, block_size, watermark, enable_caching=True)

@@ -1,0 +1,130 @@
+"""BlockManager's batched paths give what the one-at-a-time paths give: `grow_to_held` takes
+blocks as `append` request by request would, `cache_computed` caches as `cache_full_blocks`
+would (private keys of a request never preempted registered when it releases its blocks), and
+`free` of an unshared table fills the LRU and the free list in the block-by-block order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.block_manager import BlockManager
+
+
+@dataclass
+class Req:
+    """The request fields `cache_computed` reads."""
+
+    request_id: int  # id
+    num_computed_tokens: int = 0  # tokens
+    num_preemptions: int = 0  # times preempted
+
+
+def private(rid: int, n: int) -> list[int]:
+    """Private keys of blocks 0..n-1 (policies/prefix_caching.private_keys)."""
+    return [-1 - ((rid << 32) | j) for j in range(n)]
+
+
+class Eager(BlockManager):
+    lazy_private_keys = False  # every key registered as computed
+
+
+def state(bm: BlockManager) -> tuple:
+    """Everything that decides later allocations, hits and evictions."""
+    bm.register_lazy_keys()
+    return (dict(bm._cached), dict(bm._key_of), list(bm._evictable.items()), list(bm._free),
+            {r: list(t) for r, t in bm._tables.items()}, dict(bm._tokens),
+            bm.num_evicted_blocks, {b: set(h) for b, h in bm._holders.items()})
+
+
+def test_grow_to_held_takes_blocks_as_appends_in_order():
+    one, many = BlockManager(8, 4, enable_caching=True), BlockManager(8, 4, enable_caching=True)
+    for bm in (one, many):
+        bm.allocate(9, 16, keys=[5, 6, 7, 8])  # blocks 0-3 keyed ...
+        bm.cache_full_blocks(9, [5, 6, 7, 8], 16)
+        bm.free(9)  # ... evictable, tail first: 3, 2, 1, 0
+        bm.allocate(1, 4)  # block 4
+        bm.allocate(2, 4)  # block 5
+    one.append(1, 9)  # 13 tokens: never-keyed 6, 7, then evicts 3
+    one.append(2, 5)  # 9 tokens: evicts 2, 1
+    assert many.grow_to_held([1, 2], [13, 9]) == [13, 9]
+    assert many.block_table(1) == one.block_table(1) == [4, 6, 7, 3]
+    assert many.block_table(2) == one.block_table(2) == [5, 2, 1]
+    assert state(many) == state(one) and many.num_evicted_blocks == 3
+    before = state(many)
+    assert many.grow_to_held([1, 2], [24, 9]) is None  # 2 more blocks, 1 free: nothing moves
+    assert state(many) == before
+    many.check()
+
+
+def test_unpreempted_private_keys_register_when_released():
+    lazy, eager = BlockManager(6, 4, enable_caching=True), Eager(6, 4, enable_caching=True)
+    r = Req(7, num_computed_tokens=12)
+    for bm in (lazy, eager):
+        bm.allocate(7, 14)  # blocks 0-3, the last holding 2 tokens
+        bm.cache_computed([r], lambda _: private(7, 4))
+    assert eager.num_cached_blocks == lazy.num_cached_blocks == 3  # full and computed
+    assert not lazy._key_of and len(eager._key_of) == 3  # lazy: not registered yet
+    for bm in (lazy, eager):
+        bm.free(7)
+    assert list(lazy._evictable) == [2, 1, 0] and list(lazy._free)[-1] == 3
+    assert state(lazy) == state(eager)
+    assert lazy.find_cached_prefix(private(7, 4)) == [0, 1, 2]
+    lazy.check()
+
+
+def test_a_preempted_request_registers_as_it_computes():
+    bm = BlockManager(6, 4, enable_caching=True)
+    bm.allocate(7, 8)
+    bm.cache_computed([Req(7, 8, num_preemptions=1)], lambda _: private(7, 2))
+    assert bm._key_of == {0: private(7, 2)[0], 1: private(7, 2)[1]}
+
+
+def test_lazy_and_eager_managers_agree_through_a_random_run():
+    rng = np.random.default_rng(3)
+    lazy, eager = BlockManager(30, 4, enable_caching=True), Eager(30, 4, enable_caching=True)
+    reqs: dict[int, Req] = {}  # requests holding blocks
+    preempted: dict[int, Req] = {}  # released, to come back (a finished one never does)
+    shared = [11, 12, 13]  # content keys some requests start with
+    finished: set[int] = set()  # ids not used again
+    for step in range(1500):
+        rid = int(rng.integers(0, 40))
+        if rid in finished:
+            continue
+        r = reqs.get(rid)
+        keys = (shared if rid % 3 == 0 else []) + private(rid, 40)[3 if rid % 3 == 0 else 0:]
+        if r is None:
+            n = int(rng.integers(1, 20))
+            hits = lazy.find_cached_prefix(keys[: n // 4])
+            if lazy.num_blocks_to_allocate(n, hits) > lazy.num_free_blocks:
+                continue
+            for bm in (lazy, eager):
+                bm.allocate(rid, n, keys=keys[: n // 4])
+            r = preempted.pop(rid, None) or Req(rid)
+            r.num_computed_tokens = len(hits) * 4
+            reqs[rid] = r
+        elif rng.random() < 0.25:
+            for bm in (lazy, eager):
+                bm.free(rid)
+            del reqs[rid]
+            if rng.random() < 0.5:  # preempted: it may come back
+                r.num_preemptions += 1
+                preempted[rid] = r
+            else:  # finished
+                finished.add(rid)
+        else:
+            grow = int(rng.integers(1, 6))
+            target = lazy.num_tokens(rid) + grow
+            held = lazy.grow_to_held([rid], [target])
+            assert held == eager.grow_to_held([rid], [target])
+            if held is not None:
+                r.num_computed_tokens = min(target, r.num_computed_tokens + grow)
+                for bm in (lazy, eager):
+                    bm.cache_computed([r], lambda _: keys)
+        assert lazy.num_cached_blocks == eager.num_cached_blocks
+        if step % 50 == 0:
+            assert state(lazy) == state(eager)
+    assert state(lazy) == state(eager)
+    lazy.check()
+    eager.check()
