@@ -106,7 +106,9 @@ def test_padded_decode_reads_the_longest_kv_for_every_row():
                                          ("iteration_host_s", float("nan")),
                                          ("eager_host_s", -1e-3), ("mixed_host_s", -1e-3),
                                          ("kv_programs", -1.0), ("max_graph_batch", -1),
-                                         ("decode_split_sms", -1)])
+                                         ("decode_split_sms", -1), ("max_graph_tokens", -16),
+                                         ("chunk_graph_host_s", -1e-3),
+                                         ("roofline_p", 0.5)])
 def test_bad_params_are_refused_by_name(field, value):
     with pytest.raises(ConfigError, match=field):
         EngineTimeParams(**{field: value})
@@ -215,3 +217,11 @@ def test_mixed_graph_replays_skip_the_launches_and_compute_the_bucket_padding():
                                                           * graphs.attention_efficiency)))
     big = step_iteration_features(Step(0, (0,), (65,), (0,), (True,)), 1)
     assert model.eager(big)[0] == 1.0 and model.graph_tokens(big)[0] == 0
+
+
+@pytest.mark.parametrize("value", [-1, True, 2.5, 20000])
+def test_a_bad_real_max_graph_tokens_is_refused_by_name(value):
+    from real.options import RealOptions
+
+    with pytest.raises(ConfigError, match="real.max_graph_tokens"):
+        RealOptions(max_graph_tokens=value)
