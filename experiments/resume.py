@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 from sim.errors import TraceError
 from sim.models import model_config_file
 
-RESULT_SCHEMA_VERSION = 4  # bump whenever records / steps / summary columns change (4: the
-# measured policy_host_s moved to host_timing.json / .parquet)
+RESULT_SCHEMA_VERSION = 5  # bump whenever records / steps / summary columns change (4: the
+# measured policy_host_s moved to host_timing.json / .parquet; 5: the cost and energy keys)
 SUMMARY_KEYS = ("num_requests", "completed", "request_throughput")  # a summary.json must have
 
 

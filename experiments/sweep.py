@@ -182,6 +182,7 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
     from policies.simulate import simulate
     from sim.frontend_run import frontend_kwargs
     from sim.overhead import overhead_kwargs
+    from sim.run_cost import run_cost_summary
     from sim.slo import slo_summary
 
     cluster = cfg.cluster_for(spec.entry)
@@ -198,6 +199,8 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
     result = replay(trace, spec.entry.name, spec.entry.params, build_executors(cluster),
                     seed=spec.seed, on_done=on_done, max_model_len=cluster.max_model_len,
                     **overhead_kwargs(cluster), **frontend_kwargs(cluster), **loop)
+    result.summary.update(run_cost_summary(cluster, result.records, result.instances,
+                                           result.summary["duration_s"]))  # $ and joules
     if cfg.slo is not None:
         result.summary.update(slo_summary(result.records, result.summary, cfg.slo))
     per_class(cfg, spec.entry, result)

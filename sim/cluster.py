@@ -22,6 +22,7 @@ from sim.kv_moves import DEFAULT_HOST_LINK, DEFAULT_REMOTE_LINK
 from sim.kv_transfer import link_preset
 from sim.limits import resolve_max_model_len
 from sim.overhead import SchedulingOverhead, build_overhead
+from sim.run_cost import check_cost_options
 
 BACKENDS = ("sim", "real")  # cost model | the real torch engine
 
@@ -56,6 +57,10 @@ class ClusterSpec:
     medusa_head_layers: int = 1  # residual blocks per Medusa head (Medusa's default: 1)
     lora: Mapping[str, Any] = field(default_factory=dict)  # LoRA adapter slots (sim/lora.py:
     # max_loras, max_lora_rank, target_modules); {}: LoRA off
+    gpu_price_per_hour: float | None = None  # US dollars per GPU-hour for every instance
+    # (None: the GPU type's default, sim/gpu_costs.py; docs/hardware.md "Cost and energy")
+    power: Mapping[str, Any] = field(default_factory=dict)  # {idle_w, busy_w}: watts per GPU
+    # overriding the GPU type's defaults in the run's energy (sim/run_cost.py)
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -80,6 +85,7 @@ class ClusterSpec:
         build_overhead(self.scheduling_overhead, self.backend)  # validates; None when empty
         if self.max_model_len is not None:
             resolve_max_model_len((), self.max_model_len)  # an int >= 1; vs the model: at build
+        check_cost_options(self.gpu_price_per_hour, self.power)
         link_preset(self.kv_host_link, "cluster.kv_host_link")
         link_preset(self.kv_remote_link, "cluster.kv_remote_link")
         if engine_kind(self.engine) == "hf_static":
