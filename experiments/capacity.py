@@ -30,8 +30,9 @@ results. With class SLOs (`classes: {NAME: {slo: ...}}`) a rate passes only when
 meets its own (experiments/capacity_classes.py).
 
 OUT/capacity.csv and capacity.json: one row per policy, rewritten as each finishes, with
-`request_goodput` (req/s meeting every SLO) and `slo_attainment` averaged over the seeds at
-each seed's capacity, the delivered rate there and the rules; OUT/capacity_probes.csv: every
+`request_goodput` (req/s meeting every SLO), `slo_attainment`, `usd_per_m_output_tokens` and
+`j_per_output_token` (sim/run_cost.py) averaged over the seeds at each seed's capacity, the
+delivered rate there and the rules; OUT/capacity_probes.csv: every
 probe the searches used, with `steady` and `steady_reason`; OUT/capacity.png: attainment and
 goodput against rate (experiments/capacity_plot.py).
 """
@@ -170,6 +171,8 @@ def policy_result(cfg: ExperimentConfig, index: int, slo: SLO | None,
             "failing_rps": min(s.result.failing_rps for s in searches.values()),
             "request_goodput": mean_at_capacity("request_goodput"),
             "slo_attainment": mean_at_capacity("slo_attainment"),
+            "usd_per_m_output_tokens": mean_at_capacity("usd_per_m_output_tokens"),
+            "j_per_output_token": mean_at_capacity("j_per_output_token"),
             "probe_requests": mean_at_capacity("num_requests"),
             "steady_at_capacity": all(p["steady"] for p in at_capacity),
             "unsteady_probes": len(unsteady),

@@ -39,13 +39,16 @@ from sim.measured_slo import measured_latencies, measured_records, measured_run,
     measured_violations
 from sim.overhead import overhead_kwargs
 from sim.simulate import RunResult
+from sim.run_cost import run_cost_summary
 from sim.slo import SLO, slo_summary
 from sim.steady import SteadyRule, steady_summary
 
 PROBE_KEYS = ("num_requests", "completed", "rejected", "failed", "num_length_capped",
               "request_throughput", "request_goodput", "slo_attainment", "p90_ttft_s",
               "p99_itl_s", "p99_tpot_s", "p99_e2e_s",
-              "mean_normalized_latency_s")  # metrics kept for every probe (SLO ones: measured)
+              "mean_normalized_latency_s", "usd_per_m_output_tokens",
+              "j_per_output_token")  # metrics kept for every probe (SLO ones: measured; cost
+# and energy over the whole probe, sim/run_cost.py)
 STEADY_KEYS = ("offered_rps", "delivered_rps", "queue_growth_rps",
                "measured_requests")  # the steady-state check's figures kept for every probe
 Key = tuple[int, int]  # (index of the policy entry, seed)
@@ -88,6 +91,8 @@ def probe(cfg: ExperimentConfig, index: int, slo: SLO | None, base: pd.DataFrame
         res = replay(trace, entry.name, entry.params, executors, seed=seed,
                      max_model_len=cluster.max_model_len, **overhead_kwargs(cluster),
                      **frontend_kwargs(cluster), **loop)
+        res.summary.update(run_cost_summary(cluster, res.records, res.instances,
+                                            res.summary["duration_s"]))
         row = {**judge(cfg, index, slo, res, settings.steady), "probe_note": note,
                "probe_doublings": doubling}
         if row["steady"] or row["missed"]:

@@ -174,6 +174,12 @@ def test_progress_plot_and_goodput_columns(tmp_path, capsys):
     table = pd.read_csv(out / "capacity.csv")
     assert {"request_goodput", "slo_attainment"} <= set(table.columns)
     assert table.loc[0, "slo_attainment"] >= 0.9
+    # cost and energy per output token: every probe, and their mean at capacity
+    at_cap = probes[probes["meets_slo"] & (probes["rate"] == table.loc[0, "capacity_rps"])]
+    assert (probes["usd_per_m_output_tokens"] > 0).all()
+    assert (probes["j_per_output_token"] > 0).all()
+    assert table.loc[0, "usd_per_m_output_tokens"] == pytest.approx(
+        at_cap["usd_per_m_output_tokens"].mean())
     png = out / "capacity.png"
     assert png.stat().st_size > 0 and png.read_bytes()[:4] == b"\x89PNG"
     png.unlink()
