@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from real.attention import BatchLayout
-from real.attn_paged import TABLE_COLUMNS, PagedMetadata
+from real.attn_paged import TABLE_COLUMNS, PagedMetadata, block_table_rows
 from real.cuda_graphs import capture_graph
 from real.kernels import ops
 from sim.graph_plan import max_chunks, max_decodes, token_bucket, token_buckets
@@ -71,6 +71,12 @@ class MixedGraphs:
         self.sample_rows = torch.zeros(min(max_tokens, rows + chunks), **long)  # rows sampled
         self.next_tokens = torch.zeros_like(self.sample_rows)  # greedy tokens
         self.graphs: dict[Key, Any] = {}  # key -> torch.cuda.CUDAGraph
+        self._inputs = {"positions": self.positions, "slots": self.slots, "ids": self.input_ids,
+                        "dec_index": self.dec_index, "dec_lens": self.dec_lens,
+                        "pre_start": self.pre_start, "pre_len": self.pre_len,
+                        "pre_ctx": self.pre_ctx, "tile_row": self.tile_row,
+                        "tile_off": self.tile_off, "sample_rows": self.sample_rows,
+                        "active": self.active}  # _load's host arrays -> the buffers they fill
 
     def _few_decodes(self) -> int:
         """The most decode rows whose split plan has more than one split (0: none)."""
@@ -154,7 +160,7 @@ class MixedGraphs:
         """Write the iteration into the graph's buffers, padding the rest: one pinned host
         array, one copy to the device, then a copy into each buffer. Returns rows sampled."""
         t, d, c, tiles = self.sizes(key)
-        n, ctx, bs = layout.num_new, layout.num_context, layout.block_size
+        n, ctx = layout.num_new, layout.num_context
         total, starts = int(n.sum()), layout.starts
         dec, pre = np.flatnonzero(n == 1), np.flatnonzero(n > 1)
         vec = {name: np.full(size, fill, dtype=np.int64) for name, size, fill in (
@@ -179,20 +185,16 @@ class MixedGraphs:
         vec["sample_rows"][: len(sampled)] = sampled
         if key[1]:
             vec["active"][0] = self.backend.num_splits(len(dec))
-        tables = [self._table_rows(layout, dec, bs), self._table_rows(layout, pre, bs)]
+        tables = [self._tables(layout, rows) for rows in (dec, pre)]
         self._copy(vec, tables, t, input_ids, total)
         return len(sampled)
 
     @staticmethod
-    def _table_rows(layout: BatchLayout, rows: np.ndarray, bs: int) -> np.ndarray:
-        """int64 [len(rows), width] block tables of the rows' keys (0-padded)."""
-        kv = layout.kv_lens[rows]
-        width = int(-(-kv.max() // bs)) if len(rows) else 0
-        out = np.zeros((len(rows), width), dtype=np.int64)
-        for j, i in enumerate(rows.tolist()):
-            used = layout.block_tables[i][: -(-int(layout.kv_lens[i]) // bs)]
-            out[j, : len(used)] = used
-        return out
+    def _tables(layout: BatchLayout, rows: np.ndarray) -> np.ndarray:
+        """int64 block tables of the rows' keys, as the eager path builds them."""
+        bs = layout.block_size
+        width = int(-(-layout.kv_lens[rows].max() // bs)) if len(rows) else 0
+        return block_table_rows(layout, rows, width).astype(np.int64)
 
     def _copy(self, vec: dict[str, np.ndarray], tables: list[np.ndarray], t: int,
               input_ids: torch.Tensor | np.ndarray, total: int) -> None:
@@ -201,15 +203,10 @@ class MixedGraphs:
         if self.device.type == "cuda":
             host = host.pin_memory()
         dev = host.to(self.device, non_blocking=True)
-        dests = {"positions": self.positions, "slots": self.slots, "ids": self.input_ids,
-                 "dec_index": self.dec_index, "dec_lens": self.dec_lens,
-                 "pre_start": self.pre_start, "pre_len": self.pre_len, "pre_ctx": self.pre_ctx,
-                 "tile_row": self.tile_row, "tile_off": self.tile_off,
-                 "sample_rows": self.sample_rows, "active": self.active}
         offset = 0
         for name, values in vec.items():
             if name != "ids" or isinstance(input_ids, np.ndarray):
-                dests[name][: len(values)].copy_(dev[offset: offset + len(values)])
+                self._inputs[name][: len(values)].copy_(dev[offset: offset + len(values)])
             offset += len(values)
         if not isinstance(input_ids, np.ndarray):
             self.input_ids[:total].copy_(input_ids)
