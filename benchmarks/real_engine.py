@@ -9,7 +9,7 @@ Step of `--reps + 1` decode iterations; the median of the later iterations is th
 Mixed: 1 and 16 decode rows beside a 64-token prefill chunk, all after `--context` cached
 tokens, median of `--reps` one-iteration Steps (replayed from a mixed graph on a GPU).
 Prefill: one request of `--prefill-tokens` tokens, median of `--reps` runs, as tokens/s.
-On a GPU each number is set against its physical bound (sim.hardware's peaks for the GPU):
+On a GPU each number is set against its physical bound (sim.hardware.gpus's peaks for the GPU):
 decode reads every weight and the batch's KV once per step (bytes / HBM bandwidth); prefill
 does 2 FLOPs per weight per token plus causal attention (FLOPs / peak tensor FLOP/s).
 The ratio bound / measured is the fraction of the hardware's peak the engine achieves. The engine
@@ -29,8 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.errors import ConfigError, check_positive  # noqa: E402
-from sim.executor import Step  # noqa: E402
+from sim.util.errors import ConfigError, check_positive  # noqa: E402
+from sim.core.executor import Step  # noqa: E402
 
 
 MIXED_CHUNK = 64  # tokens: the prefill chunk of the mixed-step rows
@@ -90,7 +90,7 @@ def bounds(ex: Any, gpu_name: str | None, batch: int, context: int,
     """Physical lower bounds (seconds) of a decode step and of a prefill, on the GPU."""
     import torch
 
-    from sim.hardware import get_gpu
+    from sim.hardware.gpus import get_gpu
 
     gpu = get_gpu(gpu_name or torch.cuda.get_device_name(ex.device))
     s = ex.config.spec
@@ -170,7 +170,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--context", type=int, default=512, help="cached tokens per decode request")
     p.add_argument("--prefill-tokens", type=int, default=2048)
     p.add_argument("--reps", type=int, default=10)
-    p.add_argument("--gpu", default=None, help="sim.hardware GPU (default: the device's name)")
+    p.add_argument("--gpu", default=None, help="sim.hardware.gpus GPU (default: the device's name)")
     p.add_argument("--weights", default=None, help="HF safetensors checkpoint folder")
     p.add_argument("--kv-tokens", type=int, default=None)
     p.add_argument("--attention", default="auto")

@@ -111,7 +111,7 @@ def child(policy: str, size: int, rate: float, seed: int, cost_model: str, t_sta
 
     import sim
     from policies.simulate import simulate
-    from sim.cluster import ClusterSpec, build_executors
+    from sim.cluster.spec import ClusterSpec, build_executors
 
     resolved = resolve_policy(policy)
     trace = build_trace(size, rate, seed)

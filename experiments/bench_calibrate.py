@@ -10,13 +10,13 @@
 `--cost-model stage` (default) fits the stage model's host terms cpu_step_s and cpu_per_seq_s
 (add sampler_fixed_s / sampler_per_seq_s with --fit), on top of the GPU's parameters or of
 `--stage-params FILE` (`python -m experiments.fit_gpu`); `--cost-model roofline` fits the
-roofline's step_overhead_s and per_seq_overhead_s. Both fit `frontend_s` too (sim/frontend.py:
+roofline's step_overhead_s and per_seq_overhead_s. Both fit `frontend_s` too (sim/cost/frontend.py:
 the TTFT outside the engine) unless --fit leaves it out.
 
 RESULT files come from `vllm bench serve --save-result --save-detailed` or SGLang's
 `bench_serving --output-file F --output-details` (`traces/bench_results.py`); several runs (say
 one per request rate) are fitted together. Prints, per file, the errors of the simulated mean,
-p50 and p99 of TTFT, TPOT, ITL and E2E before and after (sim/bench_metrics.py), then per-request
+p50 and p99 of TTFT, TPOT, ITL and E2E before and after (sim/fit/bench_metrics.py), then per-request
 errors, and writes a calibration file (experiments/bench_calibration_file.py; default
 <first result's name>.calibration.json here) that a config uses as it is:
 `cluster.cost_model: {calibration: FILE}`, or `servesim run --calibration FILE`.
@@ -36,12 +36,12 @@ import yaml
 from experiments.bench_calibration_file import (calibration_dict, fitted_options,
                                                 write_calibration)
 from policies.registry import policy_factory
-from sim.bench_fit import (DEFAULT_FIT, FIT_PARAMS, STAGE_DEFAULT_FIT, STAGE_FIT_PARAMS,
+from sim.fit.bench_fit import (DEFAULT_FIT, FIT_PARAMS, STAGE_DEFAULT_FIT, STAGE_FIT_PARAMS,
                            TTFT_WEIGHT, BenchFit, fit_bench)
-from sim.bench_metrics import error_table, format_tables, measured_table, simulated_table
-from sim.bench_replay import replay_run, usable_rows
-from sim.cluster import ClusterSpec
-from sim.errors import ConfigError, TraceError
+from sim.fit.bench_metrics import error_table, format_tables, measured_table, simulated_table
+from sim.fit.bench_replay import replay_run, usable_rows
+from sim.cluster.spec import ClusterSpec
+from sim.util.errors import ConfigError, TraceError
 from traces.bench_results import BenchResult, read_bench_result
 
 OUT_SUFFIX = ".calibration.json"  # default --out: <first result's stem> + this, here
@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-evals", type=int, default=40, help="simulations allowed (each runs "
                    "every result file)")
     p.add_argument("--ttft-weight", type=float, default=TTFT_WEIGHT, help="weight of the TTFT "
-                   "residuals against the decode-time ones (sim/bench_fit.py)")
+                   "residuals against the decode-time ones (sim/fit/bench_fit.py)")
     p.add_argument("--format", choices=("vllm", "sglang"), default=None,
                    help="result layout (default: guessed from the keys)")
     p.add_argument("--seed", type=int, default=None, help="seed of the rebuilt send schedule "
@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def usable_results(results: Sequence[BenchResult]) -> list[tuple[BenchResult, dict[str, int]]]:
-    """Each result with only its physically consistent requests (sim.bench_replay.usable_rows:
+    """Each result with only its physically consistent requests (sim.fit.bench_replay.usable_rows:
     duration from the file, arrivals measured or rebuilt), and what was dropped for which
     reason; ConfigError naming the file when none of its requests is usable."""
     out = []

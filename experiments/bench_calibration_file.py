@@ -1,14 +1,14 @@
-"""The calibration file `servesim calibrate` writes: sim/calibration_file.py's format.
+"""The calibration file `servesim calibrate` writes: sim/measured/calibration_file.py's format.
 
 Like a `python -m real.calibrate` file it names the deployment (`model`, `device`: the resolved
 ModelSpec and GPUSpec; dtypes, `tensor_parallel`) and holds a `roofline` section; its own
 section is `cost_model`, the `cluster.cost_model` options fitted to the benchmark (the kind, the
 fitted engine terms, `frontend_s`). `cluster.cost_model: {calibration: FILE}` runs them on the
-cluster's own cost model (sim/calibrated.py `fitted_cost_model`), after checking the cluster's
+cluster's own cost model (sim/measured/calibrated.py `fitted_cost_model`), after checking the cluster's
 model, GPU and tensor parallelism are the fitted ones. The rest records the fit: the policy the
 server was simulated with (`policy`, `policy_params`: `servesim run --calibration` uses them),
 each benchmark run read (`runs`), per-request errors (`before`, `after`) and the latency
-distributions' errors (`metrics`, sim/bench_metrics.py).
+distributions' errors (`metrics`, sim/fit/bench_metrics.py).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from sim.bench_fit import BenchFit
-from sim.cluster import ClusterSpec
-from sim.cost_model_choice import cost_model_kind, roofline_config
-from sim.gpu_file import resolve_gpu
-from sim.models import resolve_model
+from sim.fit.bench_fit import BenchFit
+from sim.cluster.spec import ClusterSpec
+from sim.cluster.cost_model_choice import cost_model_kind, roofline_config
+from sim.hardware.gpu_file import resolve_gpu
+from sim.models.catalog import resolve_model
 from traces.bench_results import BenchResult
 
 FORMAT = "servesim.calibration"  # the written file's `format`

@@ -30,7 +30,7 @@ from experiments.config_checks import check_positive_number, is_int, is_number
 from experiments.dataset_flags import add_dataset_flags, config_workload, dataset_overrides
 from experiments.workload_config import INF_RATE, KINDS, parse_rate
 from experiments.yaml_strict import load_yaml
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 
 def add_bench_flags(group: argparse._ArgumentGroup) -> None:

@@ -12,7 +12,7 @@ the cluster's model, GPU and tensor parallelism it was fitted for. Without CONFI
 that cluster under the policy the calibration names (else `vllm`), named after the benchmark.
 
 After the sweep, each run at the benchmark's own arrivals is compared with it: measured mean,
-p50 and p99 of TTFT, TPOT, ITL and E2E against the simulation's (sim/bench_metrics.py); each
+p50 and p99 of TTFT, TPOT, ITL and E2E against the simulation's (sim/fit/bench_metrics.py); each
 run at another rate prints its prediction beside the benchmark's measured values.
 """
 
@@ -27,9 +27,9 @@ import pandas as pd
 
 from experiments.config import ExperimentConfig, experiment_from_dict
 from experiments.config_load import apply_overrides, load_yaml_file
-from sim.bench_metrics import error_table, format_tables, measured_table, simulated_table
-from sim.calibration_file import read_calibration
-from sim.errors import ConfigError
+from sim.fit.bench_metrics import error_table, format_tables, measured_table, simulated_table
+from sim.measured.calibration_file import read_calibration
+from sim.util.errors import ConfigError
 from traces.bench_results import BenchResult, read_bench_result
 from traces.bench_trace import FORMAT, bench_note
 

@@ -28,10 +28,10 @@ import numpy as np
 import pandas as pd
 
 from policies.registry import policy_factory
-from sim.bench_replay import replay_run
-from sim.cluster import ClusterSpec
-from sim.errors import ConfigError
-from sim.gpu_params import stage_params_for
+from sim.fit.bench_replay import replay_run
+from sim.cluster.spec import ClusterSpec
+from sim.util.errors import ConfigError
+from sim.cost.gpu_params import stage_params_for
 from traces.bench_results import send_schedule
 
 MODEL, GPU = "llama-2-7b", "A100-80GB"  # what the synthetic server runs

@@ -10,7 +10,7 @@
 The SLO is either DistServe's attainment form (`slo: {ttft_s: 0.2, tpot_s: 0.05, attainment:
 0.9}`: at least 90% of ALL requests meet every per-request bound; rejected and failed requests
 count as misses) or the percentile form (`slo: {ttft_p90_s: 2, tbt_p99_s: 0.2}`: every bound on
-the run's percentiles holds and no request failed); see sim/slo.py. As Vidur-Search and
+the run's percentiles holds and no request failed); see sim/metrics/slo.py. As Vidur-Search and
 Sarathi-Serve's capacity experiments do, the workload is re-timed with Poisson arrivals at each
 probed rate (synthetic workloads are drawn at it; traces need `retime: poisson` or `scale`), so
 `request_rates` is not needed (and ignored when given). Each seed is searched on its own:
@@ -19,7 +19,7 @@ doubling from `--min-rate` until a probe fails, then bisection until the bracket
 mean), with every seed's capacity, the min, mean and spread (max - min) reported. `--jobs N`
 runs probes in N processes (results do not depend on N); each finished probe prints a line.
 
-Steady state (sim/steady.py): a probe's SLO reads only its measured requests (those arriving in
+Steady state (sim/metrics/steady.py): a probe's SLO reads only its measured requests (those arriving in
 the first `--warmup-frac` and the last `--drain-frac` of its arrival window are excluded), and a
 probe whose delivered rate falls short of the offered one, or whose requests in the system keep
 growing, by more than `--steady-tol` of the offered rate is not steady and FAILS the SLO (an
@@ -31,7 +31,7 @@ meets its own (experiments/capacity_classes.py).
 
 OUT/capacity.csv and capacity.json: one row per policy, rewritten as each finishes, with
 `request_goodput` (req/s meeting every SLO), `slo_attainment`, `usd_per_m_output_tokens` and
-`j_per_output_token` (sim/run_cost.py) averaged over the seeds at each seed's capacity, the
+`j_per_output_token` (sim/cluster/run_cost.py) averaged over the seeds at each seed's capacity, the
 delivered rate there and the rules; OUT/capacity_probes.csv: every
 probe the searches used, with `steady` and `steady_reason`; OUT/capacity.png: attainment and
 goodput against rate (experiments/capacity_plot.py).
@@ -61,9 +61,9 @@ from experiments.outdir import ResultsWriteError, prepare_out_dir
 from experiments.report import write_csv, write_json
 from experiments.probe_length import ProbeRule
 from experiments.workload import load_base_trace
-from sim.errors import ConfigError, TraceError
-from sim.slo import SLO
-from sim.steady import SteadyRule
+from sim.util.errors import ConfigError, TraceError
+from sim.metrics.slo import SLO
+from sim.metrics.steady import SteadyRule
 
 __all__ = ["Capacity", "CapacityExperiment", "PROBE_KEYS", "ProbeRule", "ProbeSettings",
            "SearchConfig", "SteadyRule", "format_table", "load_capacity_config", "main",

@@ -8,8 +8,8 @@ from typing import Sequence
 from experiments.capacity_probe import ProbeSettings
 from experiments.capacity_search import SearchConfig
 from experiments.probe_length import ProbeRule
-from sim.errors import ConfigError
-from sim.steady import SteadyRule
+from sim.util.errors import ConfigError
+from sim.metrics.steady import SteadyRule
 
 SEED_AGGREGATES = ("min", "mean")  # how a policy's capacity is read from its seeds'
 # command-line flag -> (settings part, field, type, help) of the steady-state and length rules

@@ -17,9 +17,9 @@ import pandas as pd
 from experiments.classes_config import class_slos
 from experiments.config import ExperimentConfig
 from experiments.workload import build_workload
-from sim.class_metrics import class_labels, class_metrics
-from sim.errors import ConfigError
-from sim.slo import SLO, good_requests, slo_violations
+from sim.metrics.class_metrics import class_labels, class_metrics
+from sim.util.errors import ConfigError
+from sim.metrics.slo import SLO, good_requests, slo_violations
 
 
 def own_class_slos(cfg: ExperimentConfig, index: int) -> dict[str, str]:

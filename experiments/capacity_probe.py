@@ -7,8 +7,8 @@ prints one line per finished probe, then records the outcomes in order: the rate
 of every search are the same for any number of jobs.
 
 A probe holds as many requests as experiments/probe_length.py's rule asks, is judged on its
-measured requests (warm-up and drain excluded, sim/measured_slo.py) and checked for steady state
-(sim/steady.py): it meets the SLO only when it is steady too. One that meets the SLO but is not
+measured requests (warm-up and drain excluded, sim/metrics/measured_slo.py) and checked for steady state
+(sim/metrics/steady.py): it meets the SLO only when it is steady too. One that meets the SLO but is not
 steady (its queue still filling when the arrivals stop) reruns with twice the requests, up to
 `max_doublings` times. Its row keeps `steady`, `steady_reason`, `offered_rps`, `delivered_rps`,
 `queue_growth_rps`, `measured_requests`, `probe_doublings`, the SLO metrics of its measured
@@ -32,23 +32,23 @@ from experiments.executors import build_executors
 from experiments.pool import completed
 from experiments.probe_length import ProbeRule, probe_workload
 from policies.simulate import simulate
-from sim.class_metrics import class_labels
-from sim.errors import TraceError
-from sim.frontend_run import frontend_kwargs
-from sim.measured_slo import measured_latencies, measured_records, measured_run, \
+from sim.metrics.class_metrics import class_labels
+from sim.util.errors import TraceError
+from sim.cluster.frontend_run import frontend_kwargs
+from sim.metrics.measured_slo import measured_latencies, measured_records, measured_run, \
     measured_violations
-from sim.overhead import overhead_kwargs
-from sim.simulate import RunResult
-from sim.run_cost import run_cost_summary
-from sim.slo import SLO, slo_summary
-from sim.steady import SteadyRule, steady_summary
+from sim.cost.overhead import overhead_kwargs
+from sim.engine.simulate import RunResult
+from sim.cluster.run_cost import run_cost_summary
+from sim.metrics.slo import SLO, slo_summary
+from sim.metrics.steady import SteadyRule, steady_summary
 
 PROBE_KEYS = ("num_requests", "completed", "rejected", "failed", "num_length_capped",
               "request_throughput", "request_goodput", "slo_attainment", "p90_ttft_s",
               "p99_itl_s", "p99_tpot_s", "p99_e2e_s",
               "mean_normalized_latency_s", "usd_per_m_output_tokens",
               "j_per_output_token")  # metrics kept for every probe (SLO ones: measured; cost
-# and energy over the whole probe, sim/run_cost.py)
+# and energy over the whole probe, sim/cluster/run_cost.py)
 STEADY_KEYS = ("offered_rps", "delivered_rps", "queue_growth_rps",
                "measured_requests")  # the steady-state check's figures kept for every probe
 Key = tuple[int, int]  # (index of the policy entry, seed)

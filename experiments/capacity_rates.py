@@ -19,7 +19,7 @@ from experiments.capacity_probe import ProbeSettings, probe_line, probe_results
 from experiments.config import ExperimentConfig
 from experiments.outdir import prepare_out_dir
 from experiments.report import write_csv
-from sim.slo import SLO
+from sim.metrics.slo import SLO
 
 COLUMNS = {"label": "policy", "seed": "seed", "rate": "rate", "num_requests": "requests",
            "offered_rps": "offered", "delivered_rps": "delivered", "steady": "steady",

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from sim.errors import ConfigError, check_positive
+from sim.util.errors import ConfigError, check_positive
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """What a capacity search prints: one line per finished policy, the table, and the warnings
-for probes that did not reach steady state (sim/steady.py)."""
+for probes that did not reach steady state (sim/metrics/steady.py)."""
 
 from __future__ import annotations
 

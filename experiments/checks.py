@@ -20,10 +20,10 @@ import numpy as np
 
 from experiments.config_checks import rebase
 from experiments.executors import build_executors
-from sim.cluster import ClusterSpec
-from sim.errors import ConfigError
-from sim.jsonfile import read_json_object
-from sim.limits import resolve_max_model_len
+from sim.cluster.spec import ClusterSpec
+from sim.util.errors import ConfigError
+from sim.util.jsonfile import read_json_object
+from sim.engine.limits import resolve_max_model_len
 
 BUILT_AT_CHECK = ("disagg",)  # policies built on the cluster's instances by the config pass
 INDEX = "model.safetensors.index.json"  # a sharded checkpoint's tensor -> shard map
@@ -130,8 +130,8 @@ def check_policy_build(name: str, config: Any, cluster: ClusterSpec, where: str)
     if name not in BUILT_AT_CHECK:
         return
     from policies.registry import get_policy
-    from sim.executor import info_of
-    from sim.recorder import Recorder
+    from sim.core.executor import info_of
+    from sim.records.recorder import Recorder
 
     try:
         if cluster.backend != "sim":

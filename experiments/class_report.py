@@ -1,6 +1,6 @@
 """The per-class console table: one line per (policy, rate, class), when the runs have classes.
 
-Reads the `class.<name>.<metric>` keys of the summary rows (sim/class_metrics.py), averaged over
+Reads the `class.<name>.<metric>` keys of the summary rows (sim/metrics/class_metrics.py), averaged over
 seeds like the main table (experiments/report.py); a column no row has (attainment and goodput
 without an SLO) is left out, and so is the whole table for runs without classes.
 """
@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from experiments.report import TABLE_UNIT_NOTE, rate_text, seed_means
-from sim.class_metrics import PREFIX
+from sim.metrics.class_metrics import PREFIX
 
 COUNT_KEY = ".num_requests"  # every class has it: names the classes
 # (column header, metric under class.<name>., format)

@@ -3,7 +3,7 @@
     classes:                     # per request class (the workload's `class` column)
       interactive: {priority: 0, timeout_s: 5, slo: {ttft_s: 0.5, tpot_s: 0.1}}
       batch: {priority: 1, slo: {e2e_s: 600}}
-    admission:                   # admission control (sim/admission.py), every limit optional
+    admission:                   # admission control (sim/engine/admission.py), every limit optional
       rate_per_s: 20             # token bucket refill, requests/s
       burst: 40                  # token bucket size, requests
       max_waiting: 64            # requests waiting in the system
@@ -30,10 +30,10 @@ import numpy as np
 import pandas as pd
 
 from experiments.config_checks import build, check_keys, mapping, rebase
-from sim.admission import AdmissionConfig, AdmissionLimits
-from sim.class_metrics import NO_CLASS
-from sim.errors import ConfigError, TraceError
-from sim.slo import SLO
+from sim.engine.admission import AdmissionConfig, AdmissionLimits
+from sim.metrics.class_metrics import NO_CLASS
+from sim.util.errors import ConfigError, TraceError
+from sim.metrics.slo import SLO
 from traces.class_columns import CLASS_NAME, PRIORITY_RANGE
 
 CLASS_KEYS = ("priority", "timeout_s", "slo")  # keys of one class's section

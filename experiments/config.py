@@ -26,10 +26,10 @@ from experiments.workload_config import (SyntheticWorkload, TraceWorkload, Workl
 from experiments.workload_rtp import rtp_at_rate
 from policies.kv_tier_config import check_kv_tiers_cluster
 from policies.prefix_caching import check_cluster_model_causal, check_prefix_caching_backend
-from sim.admission import AdmissionConfig
-from sim.cluster import ClusterSpec
-from sim.errors import ConfigError
-from sim.slo import SLO
+from sim.engine.admission import AdmissionConfig
+from sim.cluster.spec import ClusterSpec
+from sim.util.errors import ConfigError
+from sim.metrics.slo import SLO
 
 # re-exported so `from experiments.config import ...` serves for the whole config
 __all__ = ["ExperimentConfig", "PolicyEntry", "SyntheticWorkload", "TraceWorkload",
@@ -226,8 +226,8 @@ def experiment_from_dict(raw: object, default_name: str,
 
 def cluster_from_dict(value: object, where: str = "cluster") -> ClusterSpec:
     """A ClusterSpec whose model and GPU are known (built-in, or a model config path)."""
-    from sim.gpu_file import resolve_gpu
-    from sim.models import resolve_model
+    from sim.hardware.gpu_file import resolve_gpu
+    from sim.models.catalog import resolve_model
 
     spec: ClusterSpec = build(ClusterSpec, where, mapping(where, value), "cluster.")
     try:

@@ -10,8 +10,8 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-from sim.errors import ConfigError, check_keys
-from sim.field_types import check_fields
+from sim.util.errors import ConfigError, check_keys
+from sim.util.field_types import check_fields
 
 
 # ---- small checks -------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from experiments.config import ExperimentConfig, experiment_from_dict
 from experiments.yaml_strict import load_yaml
-from sim.errors import ConfigError, short_repr
+from sim.util.errors import ConfigError, short_repr
 
 # keys whose value may be a name or a mapping (`policies[0]: vllm`, `predictor: oracle`)
 NAME_OR_MAPPING = re.compile(r"^policies\.\d+$|(^|\.)predictor$")

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 from experiments.config_load import apply_overrides, load_yaml_file
 from experiments.yaml_strict import load_yaml
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.random_dataset import RandomDataset
 
 DATASET_NAMES = ("random",)  # the --dataset-name values a simulation has a generator for

@@ -1,4 +1,4 @@
-"""A cluster's executors for either backend: the cost model (`sim.cluster`) or the torch engine.
+"""A cluster's executors for either backend: the cost model (`sim.cluster.spec`) or the torch engine.
 
 `sim/` may not import `real/`, so the real backend is plugged in here, above both.
 """
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.cluster import ClusterSpec
-from sim.cluster import build_executors as build_sim_executors
+from sim.cluster.spec import ClusterSpec
+from sim.cluster.spec import build_executors as build_sim_executors
 
 
 def _build_real(spec: ClusterSpec) -> list[Any]:

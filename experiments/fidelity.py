@@ -5,22 +5,22 @@
         [--attention flashinfer|flash_attention] [--out DIR]
 
 Each PROFILE_DIR is a Vidur-layout profile folder (e.g. ../shared/data/profiles;
-sim/profile_tables.py lists the layouts). Without --model / --gpu, every (GPU, model) profile
+sim/measured/profile_tables.py lists the layouts). Without --model / --gpu, every (GPU, model) profile
 the folders hold whose GPU and model the simulator knows is reported, each with its own
 per-regime table and files under OUT/<gpu>__<model>/ (others are listed as skipped, with why);
 OUT/summary.csv then holds every report's rows. For each TP degree in the tables the chosen
 cost model's stages
-(sim/stage_times.py) are compared with the measured dense layers, attention rows, all-reduces and
+(sim/cost/stage_times.py) are compared with the measured dense layers, attention rows, all-reduces and
 composed layer times (experiments/fidelity_rows.py). Prints median |error|, p90 |error| and the
 signed bias (median of predicted / measured - 1) per GPU, model, TP, stage and regime, and writes
 DIR/rows.csv, DIR/summary.csv, DIR/summary.json and DIR/fidelity.png.
 
-Cost models: `stage` (the simulator's default, sim/stage_model.py with the GPU's parameters;
+Cost models: `stage` (the simulator's default, sim/cost/stage_model.py with the GPU's parameters;
 its attention terms those of the kernel the profile's attention.csv names in Vidur's
-`attention_backend` column, or of `--attention`, sim/attention_kernels.py),
-`roofline` (sim/roofline_stages.py; --calibration applies a `python -m real.calibrate` file's
+`attention_backend` column, or of `--attention`, sim/cost/attention_kernels.py),
+`roofline` (sim/cost/roofline_stages.py; --calibration applies a `python -m real.calibrate` file's
 fitted CostModelConfig, and implies --cost-model roofline), `profile` (the tables themselves,
-sim/profile_cost_model.py, falling back to the roofline; a sanity check).
+sim/measured/profile_cost_model.py, falling back to the roofline; a sanity check).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ import pandas as pd
 
 from experiments.fidelity_models import stages_factory
 from experiments.fidelity_rows import REGIMES, all_rows
-from sim.errors import ConfigError, TraceError
-from sim.hardware import get_gpu
-from sim.models import get_model
-from sim.profile_tables import load_profiles
+from sim.util.errors import ConfigError, TraceError
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model
+from sim.measured.profile_tables import load_profiles
 
 GROUP_KEYS = ("gpu", "model", "tp", "stage", "regime")  # one summary row per group
 STAGE_ORDER = ("dense", "attention", "allreduce", "step", "layers_no_attn")
@@ -169,7 +169,7 @@ def profiles_to_report(folders: Sequence[str], model: str | None, gpu: str | Non
     """(folder, model, gpu) of each report, and the profiles skipped with why. A named
     --model / --gpu picks it in every folder; otherwise every profile whose GPU and model are
     known (the simulator's names or aliases) is reported."""
-    from sim.profile_layout import list_profiles
+    from sim.measured.profile_layout import list_profiles
 
     reports, skipped = [], []
     for folder in folders:

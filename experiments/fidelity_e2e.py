@@ -35,11 +35,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from sim.cost_model import DeploymentSpec
-from sim.cost_model_choice import build_cost_model
-from sim.errors import ConfigError
-from sim.gpu_file import resolve_gpu
-from sim.models import resolve_model
+from sim.cost.cost_model import DeploymentSpec
+from sim.cluster.cost_model_choice import build_cost_model
+from sim.util.errors import ConfigError
+from sim.hardware.gpu_file import resolve_gpu
+from sim.models.catalog import resolve_model
 
 COLUMNS = ("model", "hardware", "tensor_parallel", "prompt_size", "batch_size", "token_size",
            "prompt_time", "token_time")  # required columns of PERF_CSV (times in ms)

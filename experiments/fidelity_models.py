@@ -1,9 +1,9 @@
 """The cost models the fidelity report compares, as StageTimes per TP degree.
 
-`stage` imports the stage model (sim/stage_model.py) and the GPU's parameters lazily: they are
+`stage` imports the stage model (sim/cost/stage_model.py) and the GPU's parameters lazily: they are
 another slice of the same work, and the report falls back to the roofline (saying so) when
 either is missing. Its attention terms are those of the kernel the profile names (Vidur's
-`attention_backend`; `sim/attention_kernels.py`), or of the one asked for.
+`attention_backend`; `sim/cost/attention_kernels.py`), or of the one asked for.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ import importlib
 import sys
 from typing import Any, Callable
 
-from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
-from sim.errors import ConfigError
-from sim.hardware import GPUSpec
-from sim.models import ModelSpec
-from sim.profile_cost_model import ProfileStageTimes
-from sim.profile_tables import ProfileTables
-from sim.roofline_stages import RooflineStages
-from sim.stage_times import StageTimes
+from sim.cost.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+from sim.util.errors import ConfigError
+from sim.hardware.gpus import GPUSpec
+from sim.models.catalog import ModelSpec
+from sim.measured.profile_cost_model import ProfileStageTimes
+from sim.measured.profile_tables import ProfileTables
+from sim.cost.roofline_stages import RooflineStages
+from sim.cost.stage_times import StageTimes
 
 KINDS = ("roofline", "stage", "profile")
-PARAM_MODULES = ("sim.gpu_params", "sim.stage_params")  # where per-GPU stage parameters live
+PARAM_MODULES = ("sim.cost.gpu_params", "sim.cost.stage_params")  # where per-GPU stage parameters live
 PARAM_GETTERS = ("stage_params_for", "get_gpu_params", "params_for")  # GPU name -> params
 PARAM_TABLES = ("GPU_STAGE_PARAMS", "GPU_PARAMS")  # mappings GPU name -> StageParams
 
@@ -42,7 +42,7 @@ def roofline_config(calibration: str | None) -> CostModelConfig:
     """The default CostModelConfig, or a calibration file's fitted one."""
     if calibration is None:
         return CostModelConfig()
-    from sim.calibration_file import calibrated_roofline, read_calibration
+    from sim.measured.calibration_file import calibrated_roofline, read_calibration
 
     return calibrated_roofline(read_calibration(calibration), calibration).config
 
@@ -72,7 +72,7 @@ def stage_params(gpu: GPUSpec) -> Any | None:
 def attention_kernel(tables: ProfileTables, attention: str | None) -> str | None:
     """The attention kernel set to report against: `attention` when named, else the one the
     profile's backend maps to, else None (the GPU's own set)."""
-    from sim.attention_kernels import check_kernel, kernel_of_backend
+    from sim.cost.attention_kernels import check_kernel, kernel_of_backend
 
     if attention is not None:
         return check_kernel(attention, "--attention")
@@ -82,14 +82,14 @@ def attention_kernel(tables: ProfileTables, attention: str | None) -> str | None
 def _stage_factory(model: ModelSpec, gpu: GPUSpec, kernel: str | None = None
                    ) -> Callable[[DeploymentSpec], StageTimes] | None:
     try:
-        from sim.stage_model import StageCostModel  # the other slice of issue 12
+        from sim.cost.stage_model import StageCostModel  # the other slice of issue 12
     except ImportError:
         return None
     params = stage_params(gpu)
     if params is None:
         return None
     if kernel is not None:
-        from sim.attention_kernels import with_kernel
+        from sim.cost.attention_kernels import with_kernel
         params = with_kernel(params, kernel, gpu)
     return lambda dep: StageCostModel(dep, params)
 
@@ -112,7 +112,7 @@ def stages_factory(kind: str, model: ModelSpec, gpu: GPUSpec, tables: ProfileTab
             print(f"note: the stage model or its {gpu.name} parameters are not available; "
                   f"reporting the roofline", file=sys.stderr)
         else:
-            from sim.attention_kernels import DEFAULT_KERNEL
+            from sim.cost.attention_kernels import DEFAULT_KERNEL
             build, used = stage, f"stage (attention: {kernel or DEFAULT_KERNEL})"
     elif kind == "profile":
         base = build

@@ -4,7 +4,7 @@ One row per measured shape: `stage` (dense, attention, allreduce, step, layers_n
 `regime` (a prefill chunk after a KV prefix, kv_tokens > 0, is `prefill_ctx`), the shape
 (num_tokens, batch_size, chunk_tokens, kv_tokens, size_bytes), `measured_s`, `predicted_s` and
 `error` = predicted / measured - 1. Measured all-reduces include Vidur's CPU launch cost
-(sim.profile_cost_model.ALLREDUCE_LAUNCH_S). Composed `step` rows add the layers of a prefill chunk
+(sim.measured.profile_cost_model.ALLREDUCE_LAUNCH_S). Composed `step` rows add the layers of a prefill chunk
 or a decode batch from measured tables at TPs with attention rows: num_layers x (dense + attention)
 + 2 x num_layers all-reduces (TP > 1); dense (or all-reduce) at a shape between table points is
 read log-log from its neighbours (`interpolated`). The per-step fixed cost (embedding, lm_head,
@@ -19,14 +19,14 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from sim.cost_model import ACT_DTYPE_BYTES
-from sim.models import ModelSpec
-from sim.profile_cost_model import ALLREDUCE_LAUNCH_S
-from sim.profile_tables import ProfileTables
-from sim.stage_compose import ComposedCostModel
-from sim.stage_times import StageTimes
-from sim.step_shape import BatchShape
-from sim.table_interp import LogLogCurve
+from sim.cost.cost_model import ACT_DTYPE_BYTES
+from sim.models.catalog import ModelSpec
+from sim.measured.profile_cost_model import ALLREDUCE_LAUNCH_S
+from sim.measured.profile_tables import ProfileTables
+from sim.cost.stage_compose import ComposedCostModel
+from sim.cost.stage_times import StageTimes
+from sim.core.step_shape import BatchShape
+from sim.measured.table_interp import LogLogCurve
 
 PREFILL_MIN_TOKENS = 512  # a dense row of at least this many tokens is a prefill
 SMALL_BATCH_MAX = 8  # decode batch <= this: "decode_small"

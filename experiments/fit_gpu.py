@@ -3,12 +3,12 @@
     python -m experiments.fit_gpu PROFILE_DIR --model llama-2-7b --gpu A100-80GB --out params.json
         [--profile-model meta-llama/Llama-2-7b-hf] [--profile-gpu a100] [--topology dgx]
 
-Starts from the GPU's current parameters (`sim.gpu_params.stage_params_for`), refits every stage
-the profile measures at TP 1 (`sim.stage_fit.fit_from_profile_dir`: GEMMs and small kernels from
+Starts from the GPU's current parameters (`sim.cost.gpu_params.stage_params_for`), refits every stage
+the profile measures at TP 1 (`sim.fit.stage_fit.fit_from_profile_dir`: GEMMs and small kernels from
 mlp.csv, attention from attention.csv, all-reduce from network/all_reduce.csv), keeps the rest
 (the sampler), prints the median |error| before and after on the profile's own rows
-(`sim.stage_eval`) and writes a JSON usable as `cluster.cost_model: {kind: stage, params:
-params.json}`, with the default host preset's terms (`sim/host_presets.py`: no profile row
+(`sim.fit.stage_eval`) and writes a JSON usable as `cluster.cost_model: {kind: stage, params:
+params.json}`, with the default host preset's terms (`sim/cost/host_presets.py`: no profile row
 measures an engine's host work).
 """
 
@@ -23,18 +23,18 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from sim.cost_model import DeploymentSpec
-from sim.errors import ConfigError, TraceError
-from sim.gpu_params import get_stage_gpu, stage_params_for
-from sim.hardware import GPUSpec
-from sim.host_presets import DEFAULT_HOST, apply_host
-from sim.models import ModelSpec, resolve_model
-from sim.profile_tables import ProfileTables, load_profiles
-from sim.stage_eval import compare, summarize
-from sim.stage_fit import fit_from_profile_dir
-from sim.stage_model import StageCostModel
-from sim.stage_params import StageParams
-from sim.stage_params_config import params_to_dict
+from sim.cost.cost_model import DeploymentSpec
+from sim.util.errors import ConfigError, TraceError
+from sim.cost.gpu_params import get_stage_gpu, stage_params_for
+from sim.hardware.gpus import GPUSpec
+from sim.cost.host_presets import DEFAULT_HOST, apply_host
+from sim.models.catalog import ModelSpec, resolve_model
+from sim.measured.profile_tables import ProfileTables, load_profiles
+from sim.fit.stage_eval import compare, summarize
+from sim.fit.stage_fit import fit_from_profile_dir
+from sim.cost.stage_model import StageCostModel
+from sim.cost.stage_params import StageParams
+from sim.cost.stage_params_config import params_to_dict
 
 FORMAT = "servesim.stage_params"  # the written file's `format`
 FORMAT_VERSION = 1  # bumped when its layout changes
@@ -93,9 +93,9 @@ def result_dict(fitted: StageParams, table: pd.DataFrame, tables: ProfileTables,
         "source": {"profiles": str(Path(args.profiles).resolve()), "profile_model": tables.model,
                    "profile_gpu": tables.gpu, "model": args.model, "gpu": gpu.name,
                    "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                   "start": f"sim.gpu_params.stage_params_for({gpu.name!r})",
+                   "start": f"sim.cost.gpu_params.stage_params_for({gpu.name!r})",
                    "kept": "sampler_*; allreduce too when the profile has no all_reduce rows",
-                   "host": f"{DEFAULT_HOST} (sim/host_presets.py: cpu_*, allreduce_launch_s, "
+                   "host": f"{DEFAULT_HOST} (sim/cost/host_presets.py: cpu_*, allreduce_launch_s, "
                            f"the small-message all-reduce and attn_decode_floor_s are the "
                            f"preset's; no profile row measures an engine's host work)"},
         "errors": table.to_dict(orient="records"),

@@ -5,7 +5,7 @@ and differ only in these two files of each run directory (HOST_FILES):
 
 - `host_timing.json`: `wall_s` (seconds the run took, when the caller gives it), `written_utc`
   (when the file was written), `host` (the machine), and the policy's measured host time
-  (sim/host_timing.py): `policy_host_s` (seconds, in all), `num_steps`,
+  (sim/metrics/host_timing.py): `policy_host_s` (seconds, in all), `num_steps`,
   `policy_host_s_per_step` (seconds), `instances` (the same per instance);
 - `host_timing.parquet`: one row per step, in steps.parquet's order (HOST_STEP_COLUMNS:
   `instance_id`, `start_s`, `num_iterations`, `num_seqs`, then `policy_host_s`, seconds):
@@ -28,9 +28,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from experiments.outdir import atomic_write
-from sim.host_timing import HOST_STEP_COLUMNS, RESULT_STEP_COLUMNS
-from sim.simulate import RunResult
-from sim.step_store import write_parquet
+from sim.metrics.host_timing import HOST_STEP_COLUMNS, RESULT_STEP_COLUMNS
+from sim.engine.simulate import RunResult
+from sim.records.step_store import write_parquet
 
 HOST_FILES = ("host_timing.json", "host_timing.parquet")  # in each run directory
 

@@ -5,7 +5,7 @@
 Re-simulates one run of an experiment config (the workload, cluster and policy entry that
 `experiments.run` would run) with each HF-engine executor wrapped, and splits the modelled time of
 every completed iteration into decode forwards, joiners' prefills and re-layout copies
-(sim/hf_continuous.py), static prefills, and time lost to OOMs; it also reports the share of all
+(sim/cluster/hf_continuous.py), static prefills, and time lost to OOMs; it also reports the share of all
 time that is the engine's host overhead (`step_overhead_s` per forward), the mean rows per decode
 iteration, and the share of decode KV reads that are the engine's padding (rows x the longest
 cache against each row's own cache; a static policy's Steps carry their prompt padding already,
@@ -24,10 +24,10 @@ import numpy as np
 
 from experiments.config_load import load_config
 from experiments.workload import build_workload, load_base_trace
-from sim.errors import ConfigError, TraceError
-from sim.executor import Step, StepResult
-from sim.hf_continuous import mixed_shape
-from sim.hf_static import HFStaticExecutor
+from sim.util.errors import ConfigError, TraceError
+from sim.core.executor import Step, StepResult
+from sim.cluster.hf_continuous import mixed_shape
+from sim.cluster.hf_static import HFStaticExecutor
 
 PARTS = ("decode", "join_prefill", "relayout", "static_prefill", "oom_lost")  # time buckets
 
@@ -112,7 +112,7 @@ def run_breakdown(config: str, label: str, rate: float, seed: int,
     """Simulate one run of `config` (policy entry `label`) and return its breakdown and summary."""
     from experiments.executors import build_executors
     from policies.simulate import simulate
-    from sim.overhead import overhead_kwargs
+    from sim.cost.overhead import overhead_kwargs
 
     cfg = load_config(config, overrides)
     entries = {e.label: e for e in cfg.policies}

@@ -26,7 +26,7 @@ import pandas as pd
 from policies.magnus.config import PredictorConfig
 from policies.magnus.length_model import make_predictor
 from policies.magnus.queries import AppCatalog, queries_from_frame
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 from traces.magnus_workload import MagnusSplit, read_magnus_apps, split_by_task, to_trace
 
 ERROR_TOKENS = 10.0  # tokens: an error within this is "accurate" ...

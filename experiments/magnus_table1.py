@@ -89,7 +89,7 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sim.errors import ConfigError, TraceError
+    from sim.util.errors import ConfigError, TraceError
     from traces.magnus_workload import read_magnus_apps
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 RESULTS_DIR_VAR = "RESULTS_DIR"
 CAPACITY_REQUESTS_VAR = "NOTEBOOK_CAPACITY_REQUESTS"

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 TEMP_FILE = ".{}.{}.tmp"  # <target name>, <random hex>: a file being written (atomic_write)
 TEMP_DIR = ".{}.tmp-{}"  # <name>, <random hex>: a run directory being built or replaced

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 LOCK_FILE = ".sweep.lock"  # in OUT: locked by the sweep writing there, holds its record
 RECORD_BYTES = 1 << 16  # the most bytes of a lock record read back

@@ -8,7 +8,7 @@ synthetic `num_requests`, ...) or, when more are needed, the most of
   output) of the configured requests`: the probe offers several times what the KV caches hold,
   so an overload cannot hide in them (a burst a large cache absorbs looks served).
 
-A probe that meets the SLO but is not steady (sim/steady.py: its queue was still filling when
+A probe that meets the SLO but is not steady (sim/metrics/steady.py: its queue was still filling when
 the arrivals stopped) is run again with twice the requests, up to `max_doublings` times
 (experiments/capacity_probe.py); one that is still not steady then fails.
 
@@ -17,7 +17,7 @@ its requests in order (the length distribution unchanged), a synthetic workload,
 dataset or a multi-client mix by drawing more. A trace with prefix blocks or sessions (a repeat
 would hit the cache it filled), one re-timed by `scale`, sessions and RTP-LLM's plugin-call and
 P-tuning workloads are probed as configured;
-the steady-state check (sim/steady.py) still flags a probe too short to settle.
+the steady-state check (sim/metrics/steady.py) still flags a probe too short to settle.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from experiments.classes_config import apply_classes
 from experiments.config import ExperimentConfig, PolicyEntry
 from experiments.workload import build_workload, cap, retime
 from experiments.workload_config import clients_at_rate
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.clients import multi_client_trace
 from traces.random_dataset import random_trace
 from traces.synthetic import synthetic_trace

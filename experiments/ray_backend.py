@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Iterator, TypeVar
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 Cfg = TypeVar("Cfg")  # the experiment config (experiments.config.ExperimentConfig)
 Spec = TypeVar("Spec")  # one run (experiments.sweep.RunSpec)

@@ -13,7 +13,7 @@ import pandas as pd
 from experiments.host_files import host_timing_record, write_step_tables
 from experiments.outdir import atomic_write, writing
 from experiments.resume import file_sha256
-from sim.simulate import RunResult
+from sim.engine.simulate import RunResult
 
 RUN_TABLES = ("records", "steps", "instances", "events")  # RunResult frames -> <name>.parquet
 
@@ -233,8 +233,8 @@ def catalogue() -> str:
     """Registered policies (Config fields and defaults), models, GPUs and trace formats."""
     from policies.registry import FOLLOWS, get_policy, policy_names
     from policies.vllm_batch_defaults import gpu_defaults
-    from sim.hardware import GPUS
-    from sim.models import MODELS
+    from sim.hardware.gpus import GPUS
+    from sim.models.catalog import MODELS
     from traces.paths import SHARED_TRACES
     from traces.registry import TRACE_FORMATS
     from traces.synthetic import LENGTH_PRESETS

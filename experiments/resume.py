@@ -24,8 +24,8 @@ from typing import Any, Mapping
 
 import pyarrow.parquet as pq
 
-from sim.errors import TraceError
-from sim.models import model_config_file
+from sim.util.errors import TraceError
+from sim.models.catalog import model_config_file
 
 RESULT_SCHEMA_VERSION = 5  # bump whenever records / steps / summary columns change (4: the
 # measured policy_host_s moved to host_timing.json / .parquet; 5: the cost and energy keys)

@@ -21,8 +21,8 @@ import pandas as pd
 
 from experiments.config_load import load_config
 from policies.simulate import simulate
-from sim.cluster import build_executors
-from sim.executor import Step
+from sim.cluster.spec import build_executors
+from sim.core.executor import Step
 
 PREFIX_CONFIG = "experiments/configs/rtp_llm_prefix.yaml"
 SPEC_CONFIG = "experiments/configs/rtp_llm_speculative.yaml"

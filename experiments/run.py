@@ -42,7 +42,7 @@ from experiments.steady_report import rule_line as steady_rule_line, steady_warn
 from experiments.sweep import (RunSpec, check_finished, check_jobs, expand, iter_outputs,
                                persist, preload, record_failures)
 from experiments.workload import trace_path
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 
 
 # ---- the sweep ------------------------------------------------------------------------------

@@ -1,11 +1,11 @@
-"""Steady state in a sweep's results: each run's check (sim/steady.py) in its summary, and the
+"""Steady state in a sweep's results: each run's check (sim/metrics/steady.py) in its summary, and the
 loud warning for a run that did not reach it.
 
 Every run's summary gets `steady` (1.0 or 0.0), `steady_reason`, the measured window
 (`measured_start_s`, `measured_end_s`, `measured_requests`), `offered_rps` and `delivered_rps`
-over it, `queue_growth_rps` and the rule (`steady_rule`, sim.steady.SteadyRule's defaults); with
+over it, `queue_growth_rps` and the rule (`steady_rule`, sim.metrics.steady.SteadyRule's defaults); with
 an SLO also `measured_slo_attainment`, `measured_goodput` and `measured_meets_slo` on the measured
-requests (sim/measured_slo.py). The run-level `slo_attainment`, `goodput` and latencies keep
+requests (sim/metrics/measured_slo.py). The run-level `slo_attainment`, `goodput` and latencies keep
 reading every request, as vLLM's benchmark does.
 """
 
@@ -16,9 +16,9 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from sim.measured_slo import measured_slo_summary
-from sim.slo import SLO
-from sim.steady import SteadyRule, steady_summary
+from sim.metrics.measured_slo import measured_slo_summary
+from sim.metrics.slo import SLO
+from sim.metrics.steady import SteadyRule, steady_summary
 
 
 def steady_metrics(records: pd.DataFrame, summary: Mapping[str, Any], slo: SLO | None,

@@ -36,10 +36,10 @@ from experiments.resume import (RESULT_SCHEMA_VERSION, NotReusable, file_digest,
 from experiments.steady_report import steady_metrics
 from experiments.vllm_bench import BenchOptions, write_bench
 from experiments.workload import WORKLOAD_NOTE, build_workload, load_base_trace, trace_path
-from sim.class_metrics import class_labels, class_slo_summary
-from sim.errors import ConfigError, TraceError
-from sim.metrics import instance_settings
-from sim.simulate import RunResult
+from sim.metrics.class_metrics import class_labels, class_slo_summary
+from sim.util.errors import ConfigError, TraceError
+from sim.metrics.summary import instance_settings
+from sim.engine.simulate import RunResult
 
 STEPS_FILE = ".{}.steps-{}.parquet"  # <run>, <pid>: streamed steps, in the sweep's steps dir
 
@@ -180,10 +180,10 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
               on_done: Callable[[int], None] | None, steps_path: Path | None = None) -> RunResult:
     from experiments.executors import build_executors
     from policies.simulate import simulate
-    from sim.frontend_run import frontend_kwargs
-    from sim.overhead import overhead_kwargs
-    from sim.run_cost import run_cost_summary
-    from sim.slo import slo_summary
+    from sim.cluster.frontend_run import frontend_kwargs
+    from sim.cost.overhead import overhead_kwargs
+    from sim.cluster.run_cost import run_cost_summary
+    from sim.metrics.slo import slo_summary
 
     cluster = cfg.cluster_for(spec.entry)
     replay = simulate

@@ -43,8 +43,8 @@ from experiments.validate_compare import (Collected, EngineInfo, RealReplay, com
 from experiments.config_load import load_yaml_file
 from experiments.run import apply_overrides
 from experiments.workload import build_workload, load_base_trace
-from sim.errors import ConfigError, TraceError, check_positive
-from sim.field_types import check_fields
+from sim.util.errors import ConfigError, TraceError, check_positive
+from sim.util.field_types import check_fields
 
 KINDS = ("roofline", "learned", "engine")
 
@@ -184,7 +184,7 @@ def write_engine_steps(run_dir: Path, step_log: Sequence[Any]) -> None:
 def check_calibration(calibration: str | None, opts: ValidateOptions) -> None:
     """ConfigError naming `--calibration` or `validate.calibration` unless the calibration to
     use, when one is given, is a calibration file (checked before the engine runs)."""
-    from sim.calibration_file import read_calibration
+    from sim.measured.calibration_file import read_calibration
 
     if calibration is not None:
         read_calibration(calibration, "--calibration")

@@ -72,7 +72,7 @@ def compare_replay(real: RealReplay, trace: pd.DataFrame, engine: EngineInfo,
     from real.compare import (abs_rel_stats, metric_errors, same_shape_pairs,
                               step_errors_by_order)
     from real.host_pace import host_pace
-    from sim.calibrated import load_calibrated_executor
+    from sim.measured.calibrated import load_calibrated_executor
 
     res: dict[str, Any] = {"metrics": [], "steps": [], "pairs": {},
                            "records": {(real.label, "real"): real.records}}
@@ -107,7 +107,7 @@ def write_validation(name: str, engine: EngineInfo, num_requests: int, calibrati
                      extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """metric_errors.csv, step_errors.csv, the figures and validation.json; returns the last."""
     from real.plots import latency_cdfs, step_scatter
-    from sim.jsonfile import read_json_object
+    from sim.util.jsonfile import read_json_object
 
     pd.DataFrame(got.metrics).to_csv(out / "metric_errors.csv", index=False)
     pd.DataFrame(got.steps).to_csv(out / "step_errors.csv", index=False)

@@ -30,14 +30,14 @@ from experiments.validate import (ValidateOptions, finish, load_validation_confi
                                   policy_entries, validation_trace)
 from experiments.validate_compare import (Collected, EngineInfo, RealReplay, compare_replay,
                                           write_validation)
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 
 
 def recorded_engine(replayed: Path, calibration: Path) -> EngineInfo:
     """The engine of the recorded validation (its validation.json), with the context limit
     of the calibration's model."""
-    from sim.calibrated import load_calibrated_executor
-    from sim.jsonfile import read_json_object
+    from sim.measured.calibrated import load_calibrated_executor
+    from sim.util.jsonfile import read_json_object
 
     summary = read_json_object(replayed / "validation.json", "REPLAYED_DIR", "validation")
     for key in ("kv_capacity_tokens", "block_size"):

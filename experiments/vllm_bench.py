@@ -35,7 +35,7 @@ without a direct simulator meaning are filled:
   bounded by the request count, whatever the span and token count: experiments/bench_peaks.py);
 - ITL: from the run summary (exact weighted gaps over all tokens; its percentiles pick the sample
   at the percentile (inverted CDF) where vLLM interpolates, a difference below one gap), so only
-  the percentiles of sim.metrics.ITL_PERCENTILES are available for itl.
+  the percentiles of sim.metrics.summary.ITL_PERCENTILES are available for itl.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ import pandas as pd
 from experiments.bench_peaks import peak_buckets
 from experiments.outdir import run_dir as run_path
 from experiments.report import write_json
-from sim.errors import ConfigError
-from sim.metrics import ITL_PERCENTILES
+from sim.util.errors import ConfigError
+from sim.metrics.summary import ITL_PERCENTILES
 
 VLLM_REFERENCE = "vllm-project/vllm vllm/benchmarks/serve.py @ def9ce85ba10"
 BENCH_DATE = datetime(1970, 1, 1)  # bench.json's `date`: fixed, never the wall clock

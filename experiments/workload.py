@@ -15,7 +15,7 @@ from experiments.config import ExperimentConfig, PolicyEntry
 from experiments.workload_checks import check_workload
 from experiments.workload_config import TraceWorkload, clients_at_rate, sessions_at_rate
 from experiments.workload_rtp import rtp_at_rate
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 from traces.bench_arrivals import vllm_retime
 from traces.clients import multi_client_trace
 from traces.files import existing_file

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from experiments.classes_config import CANCELLING_POLICIES
-from sim.class_metrics import NO_CLASS
-from sim.errors import ConfigError
+from sim.metrics.class_metrics import NO_CLASS
+from sim.util.errors import ConfigError
 
 if TYPE_CHECKING:
     from experiments.config import ExperimentConfig

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from experiments.config_checks import build, check_keys, check_positive_number, mapping, rebase
 from experiments.workload_rtp import rtp_from_dict
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.clients import ClientSpec, MultiClientConfig
 from traces.mapping import TimestampFormat, TraceMapping
 from traces.plugin_calls import PluginCallConfig

@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from experiments.config_checks import build, mapping
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.lengths import LengthDist
 from traces.plugin_calls import PluginCallConfig
 from traces.ptuning import PTuningConfig

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 MAX_NODES = 100_000  # nodes a document may hold once its aliases are expanded
 MAX_DEPTH = 64  # nesting depth of mappings and lists

@@ -7,13 +7,13 @@ that no request will arrive any more. A policy owns its queues and KV accounting
 it never sees time advance except through these calls, so the same policy drives the SimPy cost
 model and the real torch engine.
 
-The interface itself lives in the ground floor, `sim/policy.py` (the engine needs it and sim/
+The interface itself lives in the ground floor, `sim/engine/policy.py` (the engine needs it and sim/
 imports nothing above it); this module re-exports it so every `policies.base` import keeps
 working.
 """
 
 from __future__ import annotations
 
-from sim.policy import Policy, PolicyConfig, PolicyFactory
+from sim.engine.policy import Policy, PolicyConfig, PolicyFactory
 
 __all__ = ["Policy", "PolicyConfig", "PolicyFactory"]

@@ -1,4 +1,4 @@
-"""Cancellation of requests whose clients gave up (client timeouts, sim/timeouts.py).
+"""Cancellation of requests whose clients gave up (client timeouts, sim/engine/timeouts.py).
 
 The engine calls `Policy.cancel(request, now)` for a request that is queued, or admitted but
 not part of a step in flight; the policy forgets it and frees its KV, then the engine marks it
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.request import Request, RequestStatus
+from sim.core.request import Request, RequestStatus
 
 
 def cancel_paged(policy: Any, r: Request) -> None:

@@ -1,4 +1,4 @@
-"""CCB's conservative reservation counted in the HF engine's padded layout (sim/hf_continuous.py).
+"""CCB's conservative reservation counted in the HF engine's padded layout (sim/cluster/hf_continuous.py).
 
 On the HF static-batch engine a running batch is one contiguous KV tensor whose rows are all as
 long as its longest sequence, and a join step also holds the joiners' prefill (logits, scores).
@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from sim.errors import check_positive
-from sim.executor import InstanceInfo
-from sim.hf_static import HFStaticExecutor, HFStaticMemory
+from sim.util.errors import check_positive
+from sim.core.executor import InstanceInfo
+from sim.cluster.hf_static import HFStaticExecutor, HFStaticMemory
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ pool runs its own paged policy (policies/disagg_pools.py) on its own instances (
 another GPU type or TP through `cluster.instances` groups). A request arrives at the prefill
 pool (its router picks the instance), is prefilled there and samples its first token; its
 decode instance is then chosen by the decode pool's router and its prompt's KV is sent over the
-link (sim/kv_transfer.py): latency + prompt tokens x KV bytes per token / bandwidth, or the
+link (sim/memory/kv_transfer.py): latency + prompt tokens x KV bytes per token / bandwidth, or the
 measured curve; with `layerwise` only what the prefill did not hide. The prefill instance holds
 the KV (its blocks) until the transfer lands, then frees it. The first token reaches the user
 when the KV lands (TTFT includes the transfer); the request then queues on its decode instance
@@ -29,9 +29,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sim.executor import Step, StepResult
-from sim.kv_transfer import exposed_seconds
-from sim.request import EXCEEDS_KV, Request, RequestStatus
+from sim.core.executor import Step, StepResult
+from sim.memory.kv_transfer import exposed_seconds
+from sim.core.request import EXCEEDS_KV, Request, RequestStatus
 
 from policies.base import Policy
 from policies.disagg_config import DisaggConfig, check_instances, model_of

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from sim.errors import ConfigError
-from sim.executor import InstanceInfo
-from sim.kv_transfer import (TransferLink, check_kv_bytes_per_token, link_preset,
+from sim.util.errors import ConfigError
+from sim.core.executor import InstanceInfo
+from sim.memory.kv_transfer import (TransferLink, check_kv_bytes_per_token, link_preset,
                               read_send_recv)
 
 from policies.base import PolicyConfig
@@ -23,7 +23,7 @@ class DisaggConfig(PolicyConfig):
     decode_policy: str = "vllm"  # the decode pool's paged policy
     decode_params: Mapping[str, Any] = field(default_factory=dict)  # its parameters (router:
     # how a request's KV is placed on a decode instance)
-    link: str = "rdma_400g"  # sim/kv_transfer.py preset: nvlink, pcie4, pcie5, rdma_200g, ...
+    link: str = "rdma_400g"  # sim/memory/kv_transfer.py preset: nvlink, pcie4, pcie5, rdma_200g, ...
     send_recv_csv: str = ""  # a Vidur send_recv.csv: its measured curve instead of `link`
     send_recv_inter_node: bool = True  # the curve's inter-node rows (else intra-node)
     layerwise: bool = False  # stream KV layer by layer during the prefill (overlap)
@@ -70,7 +70,7 @@ def model_of(config: DisaggConfig, infos: Sequence[InstanceInfo]) -> tuple[float
     instances report (`InstanceInfo.kv_bytes_per_token`, `num_layers`). An explicit
     `kv_bytes_per_token` wins; layers are then 1 if unknown."""
     if config.model:
-        from sim.models import resolve_model
+        from sim.models.catalog import resolve_model
 
         m = resolve_model(config.model)  # ConfigError naming the model
         return (config.kv_bytes_per_token or float(m.kv_bytes_per_token(2.0))), m.num_layers

@@ -6,7 +6,7 @@
   mode): a preempted request's KV blocks are copied to host memory and back (policies/swap.py);
 - `swap_space`: GiB of host memory per instance for swapped-out KV (vLLM v0: 4 GiB per GPU);
 - `host_prefix_cache_gib`: GiB of host memory per instance holding prefix-cache blocks evicted
-  from the GPU, promoted back on a hit (sim/kv_tiers.py); needs `enable_prefix_caching`;
+  from the GPU, promoted back on a hit (sim/memory/kv_tiers.py); needs `enable_prefix_caching`;
 - `remote_prefix_cache_gib`: GiB of a remote KV store per instance below the host tier.
 
 They run on `vllm_v0` and `sarathi` on the cost-model backend, and the prefix tiers on `vllm`
@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 PREEMPTION_MODES = ("recompute", "swap")
 OFFLOADING_BACKENDS = ("native", "lmcache")  # vLLM's --kv-offloading-backend values

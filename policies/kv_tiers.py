@@ -1,8 +1,8 @@
 """KV memory tiers of a paged policy's instances, set up when its config turns them on.
 
-Per instance: a `KVMoves` (sim/kv_moves.py) collecting the KV copies its next step makes; with
+Per instance: a `KVMoves` (sim/memory/kv_moves.py) collecting the KV copies its next step makes; with
 `preemption_mode: swap` a `SwapSpace` of `swap_space` GiB (policies/swap.py); with
-`host_prefix_cache_gib` > 0 a `TieredBlockManager` (sim/kv_tiers.py) in place of the prefix-cache
+`host_prefix_cache_gib` > 0 a `TieredBlockManager` (sim/memory/kv_tiers.py) in place of the prefix-cache
 block manager, over a host tier of that many GiB and, with `remote_prefix_cache_gib` > 0, a
 remote tier. GiB become blocks through the model's KV bytes per token the instance reports
 (`InstanceInfo.kv_bytes_per_token`); an instance that reports none (the real engine, calibrated
@@ -10,7 +10,7 @@ cost models, test executors without it) or runs HF static batches is refused.
 
 The run then records, per request, `num_swapped_out_tokens` / `num_swapped_in_tokens` (swap) and
 `num_host_hit_tokens` / `num_remote_hit_tokens` (tiers), and its summary adds the bytes moved per
-tier, the swap counts and the prefix hit rate per tier (sim/metrics.py). Runs without tiers
+tier, the swap counts and the prefix hit rate per tier (sim/metrics/summary.py). Runs without tiers
 record none of these.
 """
 
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sim.errors import ConfigError
-from sim.executor import InstanceInfo
-from sim.kv_moves import KVMoves
-from sim.kv_tiers import (HOST_DROPPED, HOST_IN, HOST_OUT, REMOTE_DROPPED, REMOTE_IN, REMOTE_OUT,
+from sim.util.errors import ConfigError
+from sim.core.executor import InstanceInfo
+from sim.memory.kv_moves import KVMoves
+from sim.memory.kv_tiers import (HOST_DROPPED, HOST_IN, HOST_OUT, REMOTE_DROPPED, REMOTE_IN, REMOTE_OUT,
                           LRUTier, TieredBlockManager)
-from sim.recorder import Recorder
+from sim.records.recorder import Recorder
 
 from policies.kv_tier_config import gib_blocks, tier_field, uses_kv_tiers
 from policies.paged_instance import PagedInstance

@@ -4,7 +4,7 @@ adapter slots per instance, batching by adapter (vLLM v0's LoRA scheduler; Punic
 With `lora_adapters` = N > 0, every request uses one of N adapters: its `lora_id` (trace column
 `lora_id`), or, when the trace has none, one drawn on arrival from the policy's seeded generator,
 adapter i with probability proportional to (i + 1)^-`lora_zipf` (0: uniform). The instance
-(`cluster.lora`, sim/lora.py) has `max_loras` GPU slots:
+(`cluster.lora`, sim/cluster/lora.py) has `max_loras` GPU slots:
 
 - **Admission.** A waiting request may be admitted when its adapter is resident, a slot is free,
   or a resident adapter no running request uses can be evicted (LRU). Otherwise it waits and the
@@ -14,7 +14,7 @@ adapter i with probability proportional to (i + 1)^-`lora_zipf` (0: uniform). Th
   adapters, and a request never runs without its adapter resident.
 - **Loads.** Admitting a request whose adapter is not resident loads it (evicting the least
   recently used unpinned adapter when the slots are full); the next Step carries the loads
-  (`Step.num_lora_loads`) and pays them (sim/lora.py). The run counts `lora_loads` and
+  (`Step.num_lora_loads`) and pays them (sim/cluster/lora.py). The run counts `lora_loads` and
   `lora_evictions`.
 - **Steps** carry each row's adapter (`Step.lora_ids`), so the executor prices one segment per
   distinct adapter.
@@ -27,10 +27,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from sim.errors import ConfigError
-from sim.executor import InstanceInfo
-from sim.recorder import Recorder
-from sim.request import Request
+from sim.util.errors import ConfigError
+from sim.core.executor import InstanceInfo
+from sim.records.recorder import Recorder
+from sim.core.request import Request
 
 MAX_ADAPTERS = 1_000_000  # adapters; a sanity bound
 

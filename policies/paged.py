@@ -1,6 +1,6 @@
 """Continuous batching over a paged KV cache: what `vllm` and `sarathi` share.
 
-Each instance keeps a paged KV cache (`sim/block_counter.py`: block counts, or vLLM's block
+Each instance keeps a paged KV cache (`sim/memory/block_counter.py`: block counts, or vLLM's block
 tables when prefix caching needs block identity), a waiting queue and a running list
 in admission order. Arrivals are routed to one instance (`policies/routing.py`). Admission gives a
 request blocks for all its known tokens (vLLM v0 allocates the whole prompt, even when it is
@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 
-from sim.block_counter import KVBlocks, make_block_manager
-from sim.errors import ConfigError, check_positive
-from sim.executor import InstanceInfo, Step, StepResult
-from sim.emit import emit_batch
-from sim.request import Request
+from sim.memory.block_counter import KVBlocks, make_block_manager
+from sim.util.errors import ConfigError, check_positive
+from sim.core.executor import InstanceInfo, Step, StepResult
+from sim.core.emit import emit_batch
+from sim.core.request import Request
 
 from policies.base import Policy, PolicyConfig
 from policies.kv_tier_config import check_kv_tier_params

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.request import Request
+from sim.core.request import Request
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ caps for `PagedPolicy`, which mixes it in (it uses the policy's `prefix`, `confi
 
 from __future__ import annotations
 
-from sim.request import Request
+from sim.core.request import Request
 
 from policies.paged_instance import PagedInstance
 

@@ -2,7 +2,7 @@
 caching).
 
 Per request, the content keys of its leading full KV blocks come from the trace's content ids
-(`block_ids` covering `block_tokens` tokens each; `sim/prefix_keys.py`); a request without them
+(`block_ids` covering `block_tokens` tokens each; `sim/memory/prefix_keys.py`); a request without them
 never hits and never fills the cache. On admission the longest run of cached blocks matching the
 request's keys is shared (`BlockManager.allocate(..., keys=...)`) and their tokens count as
 computed, capped so at least one token is still computed (vLLM recomputes the last prompt token on
@@ -11,7 +11,7 @@ real work. After every step, blocks that became full and computed are registered
 (prompt blocks and, when the ids cover them, output blocks), so a finished or preempted request
 leaves its blocks cached (evictable, LRU) for later requests on the same instance. With a host
 (and remote) prefix tier, evicted blocks are demoted there and a hit on them is promoted back
-(sim/kv_tiers.py); the request's `num_host_hit_tokens` / `num_remote_hit_tokens` count them.
+(sim/memory/kv_tiers.py); the request's `num_host_hit_tokens` / `num_remote_hit_tokens` count them.
 
 With `own_keys` (`vllm` with KV offload tiers, policies/vllm_offload.py) the blocks the trace's
 ids do not cover get keys too, private to the request (vLLM V1 hashes every request's tokens;
@@ -21,11 +21,11 @@ to the offload tiers and found again when it is admitted after a preemption.
 
 from __future__ import annotations
 
-from sim.block_manager import BlockManager
-from sim.errors import ConfigError
-from sim.kv_tiers import TieredBlockManager
-from sim.prefix_keys import BlockKey, block_keys
-from sim.request import Request
+from sim.memory.block_manager import BlockManager
+from sim.util.errors import ConfigError
+from sim.memory.kv_tiers import TieredBlockManager
+from sim.memory.prefix_keys import BlockKey, block_keys
+from sim.core.request import Request
 
 
 class PrefixCaching:
@@ -95,7 +95,7 @@ class PrefixCaching:
 
 def private_keys(r: Request, start: int, block_size: int) -> list[BlockKey]:
     """Keys of `r`'s full blocks from block `start` on (prompt and outputs), unique to `r`:
-    negative ints, where content keys (sim/prefix_keys.py) are not."""
+    negative ints, where content keys (sim/memory/prefix_keys.py) are not."""
     end = r.max_tokens // block_size
     base = r.request_id << 32
     return [-1 - (base | j) for j in range(start, end)]
@@ -135,7 +135,7 @@ def check_cluster_model_causal(config: object, model: str, where: str) -> None:
     if getattr(config, "enable_prefix_caching", False) is not True \
             and getattr(config, "router", None) not in PREFIX_ROUTERS:
         return
-    from sim.models import resolve_model  # lazy: a path reads its config.json
+    from sim.models.catalog import resolve_model  # lazy: a path reads its config.json
     try:
         spec = resolve_model(model)
     except ConfigError:

@@ -12,10 +12,10 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from sim.errors import ConfigError
-from sim.executor import InstanceInfo
-from sim.field_types import check_fields
-from sim.recorder import Recorder
+from sim.util.errors import ConfigError
+from sim.core.executor import InstanceInfo
+from sim.util.field_types import check_fields
+from sim.records.recorder import Recorder
 
 from policies.base import Policy, PolicyConfig, PolicyFactory
 
@@ -111,7 +111,7 @@ def make_config(cls: type[Policy], params: Mapping[str, Any] | None,
 
 
 def policy_factory(name: str, params: Mapping[str, Any] | None, seed: int = 0) -> PolicyFactory:
-    """What sim.simulate.run_simulation takes: builds policy `name` with `params` (checked when
+    """What sim.engine.simulate.run_simulation takes: builds policy `name` with `params` (checked when
     called, as build_policy checks them) for the run's instances and recorder."""
 
     def make(instances: Sequence[InstanceInfo], recorder: Recorder) -> Policy:

@@ -1,6 +1,6 @@
 """One simulation run with a policy named as in a config: `simulate(trace, "vllm", params, ...)`.
 
-The ground floor (`sim.simulate.run_simulation`) takes a `PolicyFactory`; this module resolves a
+The ground floor (`sim.engine.simulate.run_simulation`) takes a `PolicyFactory`; this module resolves a
 policy name through the registry into one, so `sim/` never imports `policies/`.
 """
 
@@ -12,10 +12,10 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from policies.registry import policy_factory
-from sim.admission import AdmissionConfig
-from sim.executor import Executor
-from sim.overhead import SchedulingOverhead
-from sim.simulate import RunResult, run_simulation
+from sim.engine.admission import AdmissionConfig
+from sim.core.executor import Executor
+from sim.cost.overhead import SchedulingOverhead
+from sim.engine.simulate import RunResult, run_simulation
 
 __all__ = ["RunResult", "simulate"]
 
@@ -30,7 +30,7 @@ def simulate(trace: pd.DataFrame, policy_name: str, policy_params: Mapping[str, 
              admission: AdmissionConfig | None = None,
              frontend_s: float = 0.0) -> RunResult:
     """Replay `trace` through policy `policy_name` (with `policy_params`, RNG seeded by `seed`)
-    on one executor per instance; see `sim.simulate.run_simulation` for the rest."""
+    on one executor per instance; see `sim.engine.simulate.run_simulation` for the rest."""
     return run_simulation(trace, policy_factory(policy_name, policy_params, seed), executors,
                           on_done=on_done, overhead=overhead, max_model_len=max_model_len,
                           max_concurrency=max_concurrency, steps_path=steps_path,

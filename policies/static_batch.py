@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.executor import Step, StepResult
-from sim.recorder import Recorder
-from sim.request import Request, RequestStatus
+from sim.core.executor import Step, StepResult
+from sim.records.recorder import Recorder
+from sim.core.request import Request, RequestStatus
 
 
 def batch_kv_tokens(batch: list[Request]) -> int:
@@ -25,7 +25,7 @@ def static_tokens_per_request(longest_prompt: int, num_iterations: int) -> int:
     """Tokens a static batch computes per request (per slot) over `num_iterations` completed
     iterations: the padded prompt in the first, one token in each later one; nothing when the
     padded prefill itself did not complete (an OOM at iteration 1). The engine counts a step's
-    computed tokens the same way (`sim/engine.py`), so per request computed = useful + padding +
+    computed tokens the same way (`sim/engine/simulation.py`), so per request computed = useful + padding +
     recomputed holds for completed, retried and failed batches alike."""
     return longest_prompt + num_iterations - 1 if num_iterations > 0 else 0
 

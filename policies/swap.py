@@ -5,7 +5,7 @@ space (`swap_space` GiB of host memory, policies/swap_space.py) has room for the
 blocks, the blocks are copied to host memory instead of dropped: the request keeps its computed
 tokens (nothing is recomputed) and joins the instance's swapped queue. The copy (its blocks x
 `block_size` tokens, whole blocks as vLLM's `swap_blocks` copies them) is paid, blocking, by the
-step that preempts (sim/kv_moves.py). When the swap space is full the request is recomputed
+step that preempts (sim/memory/kv_moves.py). When the swap space is full the request is recomputed
 instead (vLLM v0 raises "Aborted due to the lack of CPU swap space" there; a simulation that
 stops helps no one) and the run counts `num_swap_recomputes`.
 
@@ -28,9 +28,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sim.executor import Step
-from sim.recorder import Recorder
-from sim.request import Request, RequestStatus
+from sim.core.executor import Step
+from sim.records.recorder import Recorder
+from sim.core.request import Request, RequestStatus
 
 from policies.paged_instance import PagedInstance
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from sim.request import Request
+from sim.core.request import Request
 
 
 @dataclass

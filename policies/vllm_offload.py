@@ -6,7 +6,7 @@ vllm/distributed/kv_transfer/kv_connector/v1/):
 
 - Store. After every step, each request of the step stores its blocks that became full and
   computed, from the first it has not stored yet (GPU prefix hits included: the tier may lack
-  them), to every tier (sim/kv_offload.py: write-through LRU; `_get_reqs_to_store`). The copies
+  them), to every tier (sim/memory/kv_offload.py: write-through LRU; `_get_reqs_to_store`). The copies
   run beside the forward (the connector's worker copies on its own stream): their bytes are
   counted, not timed.
 - Lookup (`get_num_new_matched_tokens`). A waiting request looks its keys up on the GPU first,
@@ -17,7 +17,7 @@ vllm/distributed/kv_transfer/kv_connector/v1/):
 - Load, by `kv_offloading_backend`:
   - `native` (the OffloadingConnector): asynchronous. The load starts at admission on the
     instance's host link (one load at a time, latency + bytes / bandwidth each: `TierLinks`,
-    sim/kv_moves.py) while other requests compute; the request computes from the first step
+    sim/memory/kv_moves.py) while other requests compute; the request computes from the first step
     that starts after it lands, when its loaded blocks are cached (`_update_waiting_for_remote_kv`).
     vLLM parks it in the waiting queue (WAITING_FOR_REMOTE_KVS) holding its blocks; here it joins
     the running list holding them and is skipped until loaded: the same wait, and an instance
@@ -42,14 +42,14 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from sim.block_manager import BlockKey
-from sim.errors import ConfigError
-from sim.executor import InstanceInfo
-from sim.kv_moves import KVMoves
-from sim.kv_offload import OffloadStore, OffloadTier
-from sim.kv_tiers import HOST_DROPPED, HOST_IN, HOST_OUT, REMOTE_DROPPED, REMOTE_IN, REMOTE_OUT
-from sim.recorder import Recorder
-from sim.request import Request
+from sim.memory.block_manager import BlockKey
+from sim.util.errors import ConfigError
+from sim.core.executor import InstanceInfo
+from sim.memory.kv_moves import KVMoves
+from sim.memory.kv_offload import OffloadStore, OffloadTier
+from sim.memory.kv_tiers import HOST_DROPPED, HOST_IN, HOST_OUT, REMOTE_DROPPED, REMOTE_IN, REMOTE_OUT
+from sim.records.recorder import Recorder
+from sim.core.request import Request
 
 from policies.kv_tier_config import gib_blocks, uses_kv_tiers
 from policies.kv_tiers import TIER_COLUMNS, kv_size_of, zero

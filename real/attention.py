@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 PAGED_BLOCK_MULTIPLE = 256  # tokens: flash kernels read paged KV only with such block sizes
 

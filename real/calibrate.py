@@ -9,7 +9,7 @@ Writes FILE.json (the profiled deployment, the fitted `CostModelConfig`, the fit
 FILE.learned.json (the learned correction model as plain JSON trees: no pickle, so loading a
 shared calibration never runs code). The simulator loads it by name:
 `cluster.cost_model: {calibration: FILE.json, kind: roofline | learned}`. `--gpu` takes a
-`sim.hardware` GPU for the roofline's peaks, or `measured` (the default on CPU): the peaks
+`sim.hardware.gpus` GPU for the roofline's peaks, or `measured` (the default on CPU): the peaks
 measured when profiling. fp32 weights (CPU) are modelled as fp16 bytes; the fitted memory
 efficiency absorbs the factor. `--steps` adds the steps real replays ran (run folders of
 `experiments.validate`, e.g. OUT/runs/orca__real) to the engine model's fit and reports each
@@ -28,13 +28,13 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from sim.calibrated import FEATURES
-from sim.cost_model import DeploymentSpec, RooflineCostModel
-from sim.errors import ConfigError
-from sim.hardware import GPUSpec, get_gpu
-from sim.jsonfile import read_json_object
-from sim.learned_trees import FORMAT
-from sim.models import ModelSpec
+from sim.measured.calibrated import FEATURES
+from sim.cost.cost_model import DeploymentSpec, RooflineCostModel
+from sim.util.errors import ConfigError
+from sim.hardware.gpus import GPUSpec, get_gpu
+from sim.util.jsonfile import read_json_object
+from sim.measured.learned_trees import FORMAT
+from sim.models.catalog import ModelSpec
 
 ROOFLINE_DTYPES = {"fp32": "fp16", "fp16": "fp16", "bf16": "bf16"}  # engine -> roofline dtype
 
@@ -51,7 +51,7 @@ def read_profile(path: str | Path) -> tuple[pd.DataFrame, dict[str, Any]]:
 
 
 def device_spec(gpu: str | None, meta: dict[str, Any]) -> GPUSpec:
-    """A sim.hardware GPU by name, or a spec from the peaks measured while profiling."""
+    """A sim.hardware.gpus GPU by name, or a spec from the peaks measured while profiling."""
     if gpu not in (None, "measured"):
         return get_gpu(gpu)
     if "peak_flops" not in meta:
@@ -117,7 +117,7 @@ def calibrate_file(profile_path: str | Path, out: str | Path, model: str | None 
     """`calibrate` from a profile CSV path."""
     profile, meta = read_profile(profile_path)
     if gpu is None and meta.get("device", "cpu") != "cpu":
-        gpu = meta.get("device_name")  # e.g. "NVIDIA H200" -> sim.hardware's H200
+        gpu = meta.get("device_name")  # e.g. "NVIDIA H200" -> sim.hardware.gpus's H200
     return calibrate(profile, meta, model_spec(model, meta), device_spec(gpu, meta), out,
                      learned, steps, folds)
 
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 description="Fit cost models to a real-engine profile.")
     p.add_argument("profile", nargs="?", help="PROFILE.csv written by python -m real.profile")
     p.add_argument("--model", default=None, help="model (default: the profile's)")
-    p.add_argument("--gpu", default=None, help="a sim.hardware GPU name, or measured")
+    p.add_argument("--gpu", default=None, help="a sim.hardware.gpus GPU name, or measured")
     p.add_argument("--out", required=True, help="calibration JSON to write")
     p.add_argument("--no-learned", action="store_true", help="fit the roofline only")
     p.add_argument("--steps", nargs="+", metavar="RUN_DIR", default=(), help="run folders of "

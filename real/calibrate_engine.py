@@ -20,9 +20,9 @@ import pandas as pd
 from real.fit_engine import (cross_validate, error_stats, fit_data, fit_engine, predict,
                              stats_by_source)
 from real.step_log import run_samples
-from sim.engine_time import EngineTimeParams, EngineWork
-from sim.hardware import GPUSpec
-from sim.models import ModelSpec
+from sim.cost.engine_time import EngineTimeParams, EngineWork
+from sim.hardware.gpus import GPUSpec
+from sim.models.catalog import ModelSpec
 
 WARMUP_ITERATIONS = 2  # the real engine's default warm-up (TorchExecutor.warmup_iterations)
 

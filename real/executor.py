@@ -1,6 +1,6 @@
 """`TorchExecutor`: the real engine behind the simulator's `Executor` interface.
 
-It runs any `sim.executor.Step` on a Llama-family model: ragged prefill chunks and decodes in one
+It runs any `sim.core.executor.Step` on a Llama-family model: ragged prefill chunks and decodes in one
 iteration (selective batching), padded static batches (padding is computed like any token),
 multi-iteration Steps (stopping after the first iteration whose measured end reaches `until_s`)
 and `freed_request_ids`. A request is known by its id: its prompt is synthetic token ids seeded by
@@ -37,8 +37,8 @@ from real.spec import RealModelConfig, resolve_real_model
 from real.timing import CpuStepTimer, CudaStepTimer, make_timer
 from real.tokens import TokenStore
 from real.weights import build_model
-from sim.engine_shapes import ShapeCache, warmup_step
-from sim.executor import InstanceInfo, Step, StepResult
+from sim.cost.engine_shapes import ShapeCache, warmup_step
+from sim.core.executor import InstanceInfo, Step, StepResult
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class TorchExecutor:
 
     @property
     def max_model_len(self) -> int:
-        """The model's context in tokens (max_position_embeddings; sim/limits.py)."""
+        """The model's context in tokens (max_position_embeddings; sim/engine/limits.py)."""
         return self.config.spec.max_position_embeddings
 
     @property

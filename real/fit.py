@@ -5,7 +5,7 @@ roofline  least squares on log(predicted / measured) over `CostModelConfig`'s co
           several starting points;
 learned   gradient-boosted trees (scikit-learn; quick to predict a few rows) of the roofline's
           log-error over the step features, so the roofline carries it outside the grid;
-          `export_trees` turns them into plain JSON arrays (`sim.learned_trees`), never a pickle.
+          `export_trees` turns them into plain JSON arrays (`sim.measured.learned_trees`), never a pickle.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.calibrated import FEATURES, model_inputs
-from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
-from sim.learned_trees import FORMAT, FORMAT_VERSION
+from sim.measured.calibrated import FEATURES, model_inputs
+from sim.cost.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+from sim.measured.learned_trees import FORMAT, FORMAT_VERSION
 
 # fitted CostModelConfig fields, how each maps to the optimizer's variable, and its bounds
 FIT_FIELDS = ("compute_efficiency", "memory_efficiency", "step_overhead_s",
@@ -98,7 +98,7 @@ def fit_learned(profile: pd.DataFrame, roofline: RooflineCostModel, seed: int = 
 
 
 def export_trees(regressor: Any) -> dict[str, Any]:
-    """A fitted GradientBoostingRegressor as the JSON object `sim.learned_trees` reads."""
+    """A fitted GradientBoostingRegressor as the JSON object `sim.measured.learned_trees` reads."""
     from sklearn.dummy import DummyRegressor
     from sklearn.ensemble import GradientBoostingRegressor
 

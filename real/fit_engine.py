@@ -1,8 +1,8 @@
-"""Fit `sim.engine_time.EngineTimeParams` on a profile and on replayed steps (torch-free).
+"""Fit `sim.cost.engine_time.EngineTimeParams` on a profile and on replayed steps (torch-free).
 
 Least squares on log(modelled / measured) seconds, over
   profile rows   one iteration each (`real.profile`): its features from the row's sums
-                 (`sim.step_shape.shape_from_sums` splits prefill chunks from decode rows;
+                 (`sim.core.step_shape.shape_from_sums` splits prefill chunks from decode rows;
                  exact for the profile's grid), and, where the profile timed the first pass
                  of a shape, that pass with its first-run shape cost;
   replay steps   whole Steps a real replay ran (`real.step_log`): the sum of their iterations
@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from real.step_log import StepSample
-from sim.engine_time import (EngineTimeModel, EngineTimeParams, EngineWork, IterationFeatures,
+from sim.cost.engine_time import (EngineTimeModel, EngineTimeParams, EngineWork, IterationFeatures,
                              step_iteration_features)
-from sim.step_shape import shape_from_sums
+from sim.core.step_shape import shape_from_sums
 
 # fitted fields, the optimizer's variable for each, and its bounds
 HOST_MS = ("iteration_host_s", "per_seq_host_s", "per_chunk_host_s", "step_host_s",

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sim.engine_time import EngineTimeModel, step_iteration_features
+from sim.cost.engine_time import EngineTimeModel, step_iteration_features
 
 DRIFT_TOLERANCE = 0.10  # |median eager ratio - median graph ratio| above this is host drift
 SPREAD_TOLERANCE = 0.25  # an eager p10 / p90 this far beyond the graphs' is drift within a run

@@ -1,5 +1,5 @@
 """A paged KV cache: preallocated K and V blocks per layer, accounted by the simulator's own
-`sim.block_manager.BlockManager` (vLLM's block tables).
+`sim.memory.block_manager.BlockManager` (vLLM's block tables).
 
 Each layer holds K and V tensors [num_blocks, block_size, kv_heads, head_dim]. A request grows
 block by block; an iteration's growth is checked for the whole batch before anything is
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sim.block_manager import BlockManager
-from sim.errors import ConfigError
+from sim.memory.block_manager import BlockManager
+from sim.util.errors import ConfigError
 
 
 class KVCacheOOM(RuntimeError):

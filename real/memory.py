@@ -2,7 +2,7 @@
 
 On CUDA the cache takes what `gpu_memory_utilization` of the GPU leaves after the weights, memory
 outside torch (CUDA context, other processes) and the simulator's activation reserve
-(`sim.cost_model.default_activation_reserve`, vLLM's profiling batch); on CPU it holds an
+(`sim.cost.cost_model.default_activation_reserve`, vLLM's profiling batch); on CPU it holds an
 explicit token budget.
 """
 
@@ -13,8 +13,8 @@ import torch
 from real.kv_cache import kv_bytes_per_block
 from real.sizing import MemoryPlan, host_memory_bytes
 from real.spec import RealModelConfig
-from sim.cost_model import default_activation_reserve
-from sim.errors import ConfigError
+from sim.cost.cost_model import default_activation_reserve
+from sim.util.errors import ConfigError
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 

@@ -4,7 +4,7 @@
 without decode rows beside them) would launch a few hundred kernels from Python, one by one, and
 run at the host CPU's pace, which moves with the machine. vLLM captures these too (its "full"
 CUDA graphs for mixed batches); so does this engine: one graph per token bucket of
-`sim/graph_plan.py` (16, 32, ... up to `max_tokens`), whose static buffers hold the bucket's tokens
+`sim/cost/graph_plan.py` (16, 32, ... up to `max_tokens`), whose static buffers hold the bucket's tokens
 (padding: token 0, cache slot -1, nothing written), up to `max_decodes` decode rows (padding: length
 0, nothing read, output to a scratch row past the tokens), up to `max_chunks` prefill chunks and
 their tiles (padding: a chunk of 0 queries) and the rows that sample. The paged kernels read all
@@ -29,7 +29,7 @@ from real.attention import BatchLayout
 from real.attn_paged import TABLE_COLUMNS, PagedMetadata, block_table_rows
 from real.cuda_graphs import capture_graph
 from real.kernels import ops
-from sim.graph_plan import max_chunks, max_decodes, token_bucket, token_buckets
+from sim.cost.graph_plan import max_chunks, max_decodes, token_bucket, token_buckets
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ continuous-batching schedulers make: decodes over very different contexts, sever
 chunks after context beside decodes, and decodes the host waits for after every iteration (a
 Step that watches for arrivals). Each shape runs as a Step through `TorchExecutor.execute` (the
 code path a replay runs); contexts are reserved in the KV cache without being computed. A row
-holds an iteration's features (`sim.calibrated.FEATURES`, the decode rows' own KV `decode_kv`,
+holds an iteration's features (`sim.measured.calibrated.FEATURES`, the decode rows' own KV `decode_kv`,
 `synced`) and the median measured seconds over `--reps` runs after a warm-up run (whose first
 iteration is kept as `seconds_first`, with the attention shapes it ran for the first time);
 decode shapes give two rows, the step's first iteration and its later ones. A sidecar
@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from sim.calibrated import FEATURES, step_features
-from sim.engine_time import step_iteration_features
-from sim.errors import ConfigError, check_positive
-from sim.executor import Step
+from sim.measured.calibrated import FEATURES, step_features
+from sim.cost.engine_time import step_iteration_features
+from sim.util.errors import ConfigError, check_positive
+from sim.core.executor import Step
 
 if TYPE_CHECKING:
     from real.executor import TorchExecutor

@@ -1,6 +1,6 @@
-"""Fit the scheduling overhead (`sim.overhead`) to measured scheduler host times; torch-free.
+"""Fit the scheduling overhead (`sim.cost.overhead`) to measured scheduler host times; torch-free.
 
-The engine loop (`sim.engine`) times every Step's `policy.next_step` + `policy.update` with
+The engine loop (`sim.engine.simulation`) times every Step's `policy.next_step` + `policy.update` with
 `time.perf_counter` into the steps table's `policy_host_s` column; a real replay (`python -m
 experiments.run CONFIG --backend real`, `real.replay`) writes it to `runs/<run>/host_timing.parquet`
 (a measurement, kept out of steps.parquet: experiments/host_files.py; a run's steps.parquet given
@@ -20,8 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError
-from sim.jsonfile import read_json_object
+from sim.util.errors import ConfigError
+from sim.util.jsonfile import read_json_object
 
 COLUMNS = ("num_seqs", "num_iterations", "policy_host_s")
 HOST_FILE = "host_timing.parquet"  # a run's measured host time per step

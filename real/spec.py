@@ -1,6 +1,6 @@
 """What the real engine needs to know about a model beyond its shape (torch-free).
 
-`sim.models.ModelSpec` carries the shapes; a Llama-family forward pass also needs the RoPE base
+`sim.models.catalog.ModelSpec` carries the shapes; a Llama-family forward pass also needs the RoPE base
 and scaling, the RMSNorm epsilon and whether q/k/v have biases (Qwen2). A model is named as in the
 simulator (a built-in name, or a local HF config.json / model folder), or `tiny`: a 2-layer model
 for CPU tests (`real/models/tiny/config.json`).
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from sim.errors import ConfigError, check_positive
-from sim.jsonfile import read_json_object
-from sim.models import ModelSpec, get_model, model_from_config_dict
+from sim.util.errors import ConfigError, check_positive
+from sim.util.jsonfile import read_json_object
+from sim.models.catalog import ModelSpec, get_model, model_from_config_dict
 
 TINY_CONFIG = Path(__file__).resolve().parent / "models" / "tiny" / "config.json"
 ROPE_TYPES = ("default", "linear", "llama3")

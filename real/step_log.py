@@ -22,9 +22,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from sim.engine_shapes import ShapeCache
-from sim.errors import ConfigError
-from sim.executor import Step, StepResult
+from sim.cost.engine_shapes import ShapeCache
+from sim.util.errors import ConfigError
+from sim.core.executor import Step, StepResult
 
 ENGINE_STEPS = "engine_steps.parquet"
 

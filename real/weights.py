@@ -18,8 +18,8 @@ import torch
 from real.init_hash import hash_uniform_
 from real.model import LlamaForCausalLM, hf_parameter_views
 from real.spec import RealModelConfig
-from sim.errors import ConfigError
-from sim.jsonfile import read_json_object
+from sim.util.errors import ConfigError
+from sim.util.jsonfile import read_json_object
 
 INIT_STD = 0.02  # standard deviation of random weights (HF's initializer_range)
 

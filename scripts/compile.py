@@ -44,10 +44,12 @@ def stage(tmp: Path) -> list[tuple[str, Path]]:
     staged = []
     for name in MODULES:
         package, _, module = name.rpartition(".")
-        (tmp / package).mkdir(exist_ok=True)
-        (tmp / package / "__init__.py").touch()
-        dst = tmp / package / f"{module}.py"
-        shutil.copyfile(ROOT / package / f"{module}.py", dst)
+        parts = package.split(".")
+        for depth in range(1, len(parts) + 1):  # sim/, sim/engine/, ...: package folders
+            tmp.joinpath(*parts[:depth]).mkdir(exist_ok=True)
+            tmp.joinpath(*parts[:depth], "__init__.py").touch()
+        dst = tmp.joinpath(*parts, f"{module}.py")
+        shutil.copyfile(ROOT.joinpath(*parts, f"{module}.py"), dst)
         staged.append((name, dst))
     return staged
 
@@ -101,12 +103,13 @@ def assemble(tmp: Path, staged: list[tuple[str, Path]], dest: Path) -> dict[str,
     binaries = {}
     for name, _ in staged:
         package, _, module = name.rpartition(".")
-        (dest / package).mkdir(parents=True, exist_ok=True)
-        built = sorted((tmp / "lib" / package).glob(f"{module}.*"))
+        folder = Path(*package.split("."))
+        (dest / folder).mkdir(parents=True, exist_ok=True)
+        built = sorted((tmp / "lib" / folder).glob(f"{module}.*"))
         if len(built) != 1:
             raise SystemExit(f"compiling {name} gave {len(built)} files, not one: "
                              f"{[p.name for p in built]}")
-        shutil.copyfile(built[0], dest / package / built[0].name)
+        shutil.copyfile(built[0], dest / folder / built[0].name)
         binaries[name] = {"file": built[0].name, "sha256": source_hash(built[0])}
     return binaries
 

@@ -5,7 +5,7 @@
 Columns: parameters (all, and per token for MoE), layers, attention heads / KV heads x head_dim,
 the context (max_position_embeddings, what a run enforces), fp16 KV bytes per token, and the
 smallest tensor-parallel group of H100-80GB (up to 8) with fp16 weights, else fp8 weights, that
-leaves room for KV (with the tokens it caches), as `sim.cost_model.DeploymentSpec` sizes it.
+leaves room for KV (with the tokens it caches), as `sim.cost.cost_model.DeploymentSpec` sizes it.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.builtin_models import ALIASES  # noqa: E402
-from sim.cost_model import DeploymentSpec  # noqa: E402
-from sim.errors import ConfigError  # noqa: E402
-from sim.hardware import get_gpu  # noqa: E402
-from sim.models import MODELS, ModelSpec  # noqa: E402
+from sim.models.builtin_models import ALIASES  # noqa: E402
+from sim.cost.cost_model import DeploymentSpec  # noqa: E402
+from sim.util.errors import ConfigError  # noqa: E402
+from sim.hardware.gpus import get_gpu  # noqa: E402
+from sim.models.catalog import MODELS, ModelSpec  # noqa: E402
 
 HEADER = ("| name | also | params (B) | layers | heads / KV x dim | context (tokens) "
           "| KV / token fp16 (KiB) | H100-80GB: TP, KV tokens |")

@@ -38,12 +38,14 @@ MARKER_TEXT = "servesim compiled build (scripts/compile.py); safe to delete\n"  
 MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")  # pkg.mod
 SHA256 = re.compile(r"^[0-9a-f]{64}$")  # a hex SHA-256 digest
 MODULES = (  # the per-step path of the paged, chunked and iteration-level policies
-    "sim.engine", "sim.request", "sim.emit", "sim.executor", "sim.cost_executor", "sim.cost_model",
-    "sim.run_ends", "sim.block_counter", "sim.block_batch", "sim.block_manager", "sim.recorder",
-    "sim.record_log", "sim.request_source", "sim.trace_rows", "sim.stage_model",
-    "sim.stage_attention", "sim.step_shape", "sim.stage_times", "sim.moe_cost", "sim.draft",
-    "sim.overhead", "sim.timeouts",
-    "sim.admission", "sim.kv_tiers", "sim.kv_moves", "sim.kv_offload",
+    "sim.engine.simulation", "sim.core.request", "sim.core.emit", "sim.core.executor",
+    "sim.cluster.cost_executor", "sim.cost.cost_model", "sim.core.run_ends",
+    "sim.memory.block_counter", "sim.memory.block_batch", "sim.memory.block_manager",
+    "sim.records.recorder", "sim.records.record_log", "sim.engine.request_source",
+    "sim.engine.trace_rows", "sim.cost.stage_model", "sim.cost.stage_attention",
+    "sim.core.step_shape", "sim.cost.stage_times", "sim.cost.moe_cost", "sim.cluster.draft",
+    "sim.cost.overhead", "sim.engine.timeouts", "sim.engine.admission", "sim.memory.kv_tiers",
+    "sim.memory.kv_moves", "sim.memory.kv_offload",
     "policies.base", "policies.routing", "policies.paged", "policies.paged_decode",
     "policies.paged_instance", "policies.paged_prefix_jumps", "policies.prefix_caching",
     "policies.paged_classes", "policies.priority", "policies.speculative", "policies.swap",
@@ -122,6 +124,11 @@ def _binary_name(module: str, file: Any) -> bool:
     return isinstance(file, str) and any(file == stem + suffix for suffix in EXTENSION_SUFFIXES)
 
 
+def package_dir(build: Path, package: str) -> Path:
+    """The folder of `package` (dotted, e.g. sim.engine) inside a build."""
+    return build.joinpath(*package.split("."))
+
+
 def check_build(build: Path, package: str, sources: Path) -> None:
     """CompiledBuildError unless `build` holds a current build of `package`'s modules: its
     manifest well formed and for this interpreter, each listed module's source unchanged and
@@ -137,19 +144,20 @@ def check_build(build: Path, package: str, sources: Path) -> None:
     for name, digest in sorted(info["modules"].items()):
         if name.rpartition(".")[0] != package:
             continue
-        src = sources / f"{name.rpartition('.')[2]}.py"
+        src = sources / f"{name.rpartition('.')[2]}.py"  # `sources`: the package's folder
         if not src.is_file() or source_hash(src) != digest:
             raise CompiledBuildError(f"{ENV}: the compiled build in {build} is stale: {src} "
                                      f"changed since it was built; {redo}")
-        binary = build / package / info["binaries"][name]["file"]
+        binary = package_dir(build, package) / info["binaries"][name]["file"]
         if not binary.is_file() or source_hash(binary) != info["binaries"][name]["sha256"]:
             raise CompiledBuildError(f"{ENV}: {binary} is missing or not the file that was "
                                      f"built (its SHA-256 differs from {build / MANIFEST}); "
                                      f"{redo}")
         listed.add(binary.name)
-    folder = build / package
-    stray = sorted(p.name for p in folder.iterdir() if p.name not in listed) \
-        if folder.is_dir() else []
+    folder = package_dir(build, package)
+    stray = sorted(p.name for p in folder.iterdir() if p.name not in listed
+                   and not (p.is_dir() and (sources / p.name / "__init__.py").is_file())) \
+        if folder.is_dir() else []  # a sub-package's folder is checked by its own activate
     if stray:
         raise CompiledBuildError(f"{ENV}: {folder / stray[0]} is not listed in "
                                  f"{build / MANIFEST}: a build's folder holds only the modules "
@@ -165,7 +173,7 @@ def activate(package: str, path: list[str]) -> bool:
         return False
     sources = Path(path[-1])
     check_build(build, package, sources)
-    path.insert(0, str(build / package))
+    path.insert(0, str(package_dir(build, package)))
     return True
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim.executor import Step, StepResult, truncate_ends
+from sim.core.executor import Step, StepResult, truncate_ends
 
 
 @dataclass
@@ -116,15 +116,15 @@ class TierExecutor(LinearExecutor):
 
     @property
     def links(self):
-        from sim.kv_moves import TierLinks
-        from sim.kv_transfer import Link
+        from sim.memory.kv_moves import TierLinks
+        from sim.memory.kv_transfer import Link
 
         return TierLinks(Link("host", self.host_latency_s, self.host_bandwidth),
                          Link("remote", self.remote_latency_s, self.remote_bandwidth),
                          self.kv_bytes_per_token)
 
     def instance_info(self, instance_id: int):
-        from sim.executor import InstanceInfo
+        from sim.core.executor import InstanceInfo
 
         return InstanceInfo(instance_id, self.capacity, self.name, self.has_draft,
                             self.kv_bytes_per_token, 1, kv_links=self.links)

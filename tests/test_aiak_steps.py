@@ -1,4 +1,4 @@
-"""AIAK's three engine-loop steps (sim/overhead.py): serial; async scheduling; async with a
+"""AIAK's three engine-loop steps (sim/cost/overhead.py): serial; async scheduling; async with a
 pipelined tokenizer and static slots. Closed forms on one request and on a static batch."""
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 
 from policies.registry import policy_names
 from policies.simulate import simulate
-from sim.errors import ConfigError
-from sim.overhead import SchedulingOverhead, build_overhead
+from sim.util.errors import ConfigError
+from sim.cost.overhead import SchedulingOverhead, build_overhead
 from tests.factories import LinearExecutor, generic_params, make_trace, random_trace
 from tests.test_engine import OneIterationExecutor
 

@@ -1,14 +1,14 @@
 """`cluster.cost_model.attention` picks the attention kernel set a run is priced with
-(sim/attention_kernels.py): flashinfer (the default) or flash_attention (the set before
+(sim/cost/attention_kernels.py): flashinfer (the default) or flash_attention (the set before
 2026-11-27), derived for the cluster's GPU; anything else is refused naming the field."""
 
 from __future__ import annotations
 
 import pytest
 
-from sim.attention_kernels import ATTENTION_FIELDS, FLASH_ATTENTION_A100
-from sim.cluster import ClusterSpec, build_executors
-from sim.errors import ConfigError
+from sim.cost.attention_kernels import ATTENTION_FIELDS, FLASH_ATTENTION_A100
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.util.errors import ConfigError
 
 
 def stage_params(**cost_model):
@@ -52,7 +52,7 @@ def test_many_small_chunks_fill_the_gpu_together_under_either_kernel_set():
     tokens: its small-chunk efficiency is that of 320 tokens, not of 5 (the flash_attention
     set's half-efficiency point, 770 tokens, was fitted on single chunks), so the step costs
     a fraction more than a plain decode step, not tens of times more."""
-    from sim.executor import Step
+    from sim.core.executor import Step
 
     for cost_model in ({}, {"attention": "flash_attention"}):
         ex = build_executors(ClusterSpec(model="llama-2-7b", gpu="A100-80GB",

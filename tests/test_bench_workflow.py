@@ -21,11 +21,11 @@ import pytest
 from experiments.bench_synth import synth_result
 from experiments.cli import main as servesim
 from policies.registry import policy_factory
-from sim.bench_fit import fit_bench
-from sim.bench_metrics import error_table, measured_table, simulated_table
-from sim.cluster import ClusterSpec, build_executors
-from sim.frontend import add_frontend
-from sim.simulate import run_simulation
+from sim.fit.bench_fit import fit_bench
+from sim.fit.bench_metrics import error_table, measured_table, simulated_table
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.cost.frontend import add_frontend
+from sim.engine.simulate import run_simulation
 from traces.bench_results import read_bench_result
 from traces.registry import infer_format, load_trace
 

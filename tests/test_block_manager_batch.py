@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.block_manager import BlockManager
+from sim.memory.block_manager import BlockManager
 
 
 @dataclass

@@ -13,7 +13,7 @@ from experiments.capacity import CapacityExperiment, main as capacity_main
 from experiments.capacity_probe import ProbeSettings, probe
 from experiments.config import experiment_from_dict
 from experiments.probe_length import ProbeRule
-from sim.steady import SteadyRule
+from sim.metrics.steady import SteadyRule
 
 MIX = {"name": "mix",
        "workload": {"num_requests": 60, "clients": [

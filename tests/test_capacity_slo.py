@@ -15,9 +15,9 @@ from experiments.capacity_search import RateSearch, SearchConfig, search_capacit
 from experiments.config_load import load_config
 from experiments.executors import build_executors
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec
-from sim.errors import ConfigError
-from sim.slo import SLO, good_requests, meets_slo, slo_summary
+from sim.cluster.spec import ClusterSpec
+from sim.util.errors import ConfigError
+from sim.metrics.slo import SLO, good_requests, meets_slo, slo_summary
 
 TINY = {
     "name": "tiny_slo",

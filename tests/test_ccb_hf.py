@@ -13,10 +13,10 @@ import pytest
 from policies.ccb_padded import padded_reservation
 from policies.registry import build_policy
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
-from sim.executor import Step
-from sim.recorder import Recorder
-from sim.request import Request, RequestStatus
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.core.executor import Step
+from sim.records.recorder import Recorder
+from sim.core.request import Request, RequestStatus
 from tests.test_engine import OneIterationExecutor
 from tests.test_magnus_hf_static import chatglm_v100
 
@@ -32,7 +32,7 @@ def stress_trace(seed: int = 0, n: int = 120) -> pd.DataFrame:
 
 def peak_bytes(ex, step: Step) -> float:
     """The most memory any iteration of `step` holds on the engine, by brute force."""
-    from sim.hf_continuous import first_iteration_peak_bytes, mixed_shape
+    from sim.cluster.hf_continuous import first_iteration_peak_bytes, mixed_shape
 
     shape = mixed_shape(step)
     if shape is None:  # a static batch (nothing running): its prefill or its last decode

@@ -1,4 +1,4 @@
-"""Admission control (sim/admission.py): token bucket, queue length and predicted wait, globally
+"""Admission control (sim/engine/admission.py): token bucket, queue length and predicted wait, globally
 and per class; every rejection carries its reason code, detail and event."""
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 
 from experiments.classes_config import admission_from_dict
 from policies.simulate import simulate
-from sim.admission import AdmissionConfig, AdmissionLimits
-from sim.errors import ConfigError
+from sim.engine.admission import AdmissionConfig, AdmissionLimits
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, make_trace
 
 

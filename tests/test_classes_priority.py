@@ -9,7 +9,7 @@ import pytest
 
 from policies.registry import get_policy, make_config
 from policies.simulate import simulate
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, make_trace, random_trace
 from tests.test_engine import OneIterationExecutor
 

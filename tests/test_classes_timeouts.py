@@ -1,4 +1,4 @@
-"""Client timeouts (sim/timeouts.py): cancelled requests free their KV, tokens stay conserved,
+"""Client timeouts (sim/engine/timeouts.py): cancelled requests free their KV, tokens stay conserved,
 cancellations are counted apart from rejections, and jumps stay exact."""
 
 import numpy as np
@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 
 from policies.registry import build_policy
 from policies.simulate import simulate
-from sim.engine import Simulation
-from sim.errors import ConfigError
-from sim.executor import InstanceInfo
-from sim.metrics import request_records
-from sim.recorder import Recorder
-from sim.trace_rows import requests_from_trace
+from sim.engine.simulation import Simulation
+from sim.util.errors import ConfigError
+from sim.core.executor import InstanceInfo
+from sim.metrics.summary import request_records
+from sim.records.recorder import Recorder
+from sim.engine.trace_rows import requests_from_trace
 from tests.factories import LinearExecutor, make_trace, random_trace, with_block_ids
 from tests.test_engine import OneIterationExecutor
 from tests.test_properties import check_invariants

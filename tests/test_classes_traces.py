@@ -14,8 +14,8 @@ from experiments.config import experiment_from_dict
 from experiments.run import run_sweep
 from experiments.workload_config import clients_from_dict
 from policies.simulate import simulate
-from sim.errors import ConfigError, TraceError
-from sim.slo import SLO
+from sim.util.errors import ConfigError, TraceError
+from sim.metrics.slo import SLO
 from traces.clients import multi_client_trace
 from traces.mapping import TraceMapping, load_mapped
 from traces.paths import shared_trace_path

@@ -113,7 +113,7 @@ def test_a_sweep_on_the_compiled_build_writes_the_same_files(tmp_path):
     build = tmp_path / "build"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "compile.py"), "--out", str(build)],
                    check=True, capture_output=True, text=True)
-    assert list((build / "sim").glob("engine.*"))
+    assert list((build / "sim" / "engine").glob("simulation.*"))
     config = tmp_path / "sweep.yaml"
     config.write_text(yaml.safe_dump(SWEEP))
     run_sweep(config, tmp_path / "pure", None)

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cost_executor import CostModelExecutor
-from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
-from sim.errors import ConfigError
-from sim.executor import Executor, Step
-from sim.hardware import get_gpu
-from sim.models import get_model
+from sim.cluster.cost_executor import CostModelExecutor
+from sim.cost.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+from sim.util.errors import ConfigError
+from sim.core.executor import Executor, Step
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model
 
 A100 = get_gpu("A100-80GB")
 LLAMA7B = get_model("llama-2-7b")

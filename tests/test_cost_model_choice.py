@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
-from sim.cost_model import RooflineCostModel
-from sim.errors import ConfigError
-from sim.stage_model import StageCostModel
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.cost.cost_model import RooflineCostModel
+from sim.util.errors import ConfigError
+from sim.cost.stage_model import StageCostModel
 from tests.factories import make_trace
 from traces.paths import default_data_dir
 

@@ -15,8 +15,8 @@ import yaml
 from experiments import run
 from experiments.host_files import HOST_FILES, write_step_tables
 from real.sched_fit import read_steps
-from sim.errors import ConfigError
-from sim.host_timing import HOST_STEP_COLUMNS, RESULT_STEP_COLUMNS
+from sim.util.errors import ConfigError
+from sim.metrics.host_timing import HOST_STEP_COLUMNS, RESULT_STEP_COLUMNS
 
 CONFIG = {
     "name": "determinism",
@@ -89,7 +89,7 @@ def test_results_hold_no_measured_time_and_host_timing_holds_it(tmp_path):
 
 def orca_run(tmp_path: Path, streamed: bool):
     from policies.simulate import simulate
-    from sim.cluster import ClusterSpec, build_executors
+    from sim.cluster.spec import ClusterSpec, build_executors
 
     rng = np.random.default_rng(0)
     trace = pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(0.2, 60)),
@@ -117,14 +117,14 @@ def test_streamed_and_in_memory_steps_are_split_into_the_same_bytes(tmp_path):
 
 
 def test_columns_are_copied_one_row_group_at_a_time(tmp_path, monkeypatch):
-    import sim.step_store
+    import sim.records.step_store
     from experiments.host_files import copy_columns
 
     frame = orca_run(tmp_path, False).steps
-    monkeypatch.setattr(sim.step_store, "ROW_GROUP", 16)  # a source of many row groups
-    sim.step_store.write_parquet(tmp_path / "src.parquet", len(frame), list(frame.columns),
+    monkeypatch.setattr(sim.records.step_store, "ROW_GROUP", 16)  # a source of many row groups
+    sim.records.step_store.write_parquet(tmp_path / "src.parquet", len(frame), list(frame.columns),
                                  lambda name, a, b: frame[name].to_numpy()[a:b])
-    monkeypatch.setattr(sim.step_store, "ROW_GROUP", 10)  # copied in groups that straddle them
+    monkeypatch.setattr(sim.records.step_store, "ROW_GROUP", 10)  # copied in groups that straddle them
     copy_columns(tmp_path / "src.parquet", tmp_path / "out.parquet", RESULT_STEP_COLUMNS)
     assert pq.ParquetFile(tmp_path / "src.parquet").metadata.num_row_groups > 3
     assert pq.ParquetFile(tmp_path / "out.parquet").metadata.num_row_groups == \

@@ -1,4 +1,4 @@
-"""`disagg`: prefill/decode pools with KV transfer (policies/disagg*.py, sim/kv_transfer.py)."""
+"""`disagg`: prefill/decode pools with KV transfer (policies/disagg*.py, sim/memory/kv_transfer.py)."""
 
 import math
 
@@ -8,11 +8,11 @@ import pytest
 
 from policies.disagg import DisaggPolicy
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
-from sim.simulate import run_simulation
-from sim.errors import ConfigError
-from sim.executor import Step, StepResult
-from sim.kv_transfer import (GB, GBIT, LINKS, Link, exposed_seconds, link_preset, measured_link,
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.engine.simulate import run_simulation
+from sim.util.errors import ConfigError
+from sim.core.executor import Step, StepResult
+from sim.memory.kv_transfer import (GB, GBIT, LINKS, Link, exposed_seconds, link_preset, measured_link,
                              read_send_recv)
 from tests.factories import LinearExecutor, make_trace
 
@@ -259,8 +259,8 @@ def test_the_real_engine_and_hf_static_are_refused():
 
 
 def test_the_kv_size_comes_from_the_instances_not_their_names():
-    from sim.cluster import ClusterSpec, build_executors
-    from sim.models import get_model
+    from sim.cluster.spec import ClusterSpec, build_executors
+    from sim.models.catalog import get_model
 
     executors = build_executors(ClusterSpec(model="llama-2-7b", gpu="H100-80GB", kv_dtype="fp8",
                                             num_instances=2))

@@ -7,7 +7,7 @@ import pytest
 
 from policies.registry import policy_names
 from policies.simulate import simulate
-from sim.executor import Step, StepResult
+from sim.core.executor import Step, StepResult
 from tests.factories import LinearExecutor, generic_params, make_trace, random_trace
 
 

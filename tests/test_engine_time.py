@@ -1,4 +1,4 @@
-"""The engine time model (sim/engine_time.py) and first-run shapes (sim/engine_shapes.py)."""
+"""The engine time model (sim/cost/engine_time.py) and first-run shapes (sim/cost/engine_shapes.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.calibrated import load_calibrated_executor
-from sim.engine_shapes import ShapeCache, iteration_shapes, warmup_step
-from sim.engine_time import (EngineTimeModel, EngineTimeParams, EngineWork,
+from sim.measured.calibrated import load_calibrated_executor
+from sim.cost.engine_shapes import ShapeCache, iteration_shapes, warmup_step
+from sim.cost.engine_time import (EngineTimeModel, EngineTimeParams, EngineWork,
                              step_iteration_features)
-from sim.errors import ConfigError
-from sim.executor import Step
-from sim.hardware import get_gpu
-from sim.models import get_model
+from sim.util.errors import ConfigError
+from sim.core.executor import Step
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model
 
 WORK = EngineWork.of(get_model("llama-2-7b"), get_gpu("H100-80GB"), "bf16")
 
@@ -178,7 +178,7 @@ def test_only_an_iteration_with_prefill_and_decode_rows_pays_the_mixed_launches(
 
 def test_split_plan_is_the_kernels_and_a_lopsided_decode_batch_waits_for_its_longest_row():
     from real.kernels.schedule import choose_num_splits
-    from sim.split_kv import longest_split_tokens, num_splits_of
+    from sim.cost.split_kv import longest_split_tokens, num_splits_of
 
     rows = np.arange(0, 400)
     assert list(num_splits_of(rows, 8, 8192, 132)) == [
@@ -194,7 +194,7 @@ def test_split_plan_is_the_kernels_and_a_lopsided_decode_batch_waits_for_its_lon
 
 
 def test_token_buckets_pad_under_an_eighth_beyond_256_tokens():
-    from sim.graph_plan import token_bucket, token_buckets
+    from sim.cost.graph_plan import token_bucket, token_buckets
 
     sizes = token_buckets(2048)
     assert sizes[:3] == [16, 32, 48] and sizes[-1] == 2048 and len(sizes) == 40

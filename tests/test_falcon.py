@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from sim.cluster import ClusterSpec, build_executors
-from sim.cost_model import DeploymentSpec
-from sim.errors import ConfigError
-from sim.hardware import get_gpu
-from sim.models import get_model, model_from_config_dict, model_from_hf_config
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.cost.cost_model import DeploymentSpec
+from sim.util.errors import ConfigError
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model, model_from_config_dict, model_from_hf_config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

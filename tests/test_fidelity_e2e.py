@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from experiments.fidelity_e2e import main, predict_rows, read_perf_table
-from sim.cost_model import DeploymentSpec
-from sim.cost_model_choice import build_cost_model
-from sim.errors import ConfigError
-from sim.hardware import get_gpu
-from sim.models import get_model
+from sim.cost.cost_model import DeploymentSpec
+from sim.cluster.cost_model_choice import build_cost_model
+from sim.util.errors import ConfigError
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model
 
 
 def perf_table(options: dict[str, Any], repeats: int = 2) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Stage parameters from a config (sim/stage_params_config.py via sim/cost_model_choice.py) and
+"""Stage parameters from a config (sim/cost/stage_params_config.py via sim/cluster/cost_model_choice.py) and
 fitting a GPU's parameters from a profile (experiments/fit_gpu.py).
 
 The fixture profile is generated from KNOWN parameters (the stage model's own per-op times
@@ -19,18 +19,18 @@ import pytest
 
 from experiments.fit_gpu import main as fit_gpu_main
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
-from sim.cost_model import DeploymentSpec
-from sim.errors import ConfigError
-from sim.host_presets import apply_host
-from sim.gpu_params import A100_80GB_PARAMS, stage_params_for
-from sim.hardware import get_gpu
-from sim.models import get_model
-from sim.stage_fit import (CONTEXT_DECODE_FIELDS, CONTEXT_PREFILL_FIELDS, DECODE_FIELDS,
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.cost.cost_model import DeploymentSpec
+from sim.util.errors import ConfigError
+from sim.cost.host_presets import apply_host
+from sim.cost.gpu_params import A100_80GB_PARAMS, stage_params_for
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model
+from sim.fit.stage_fit import (CONTEXT_DECODE_FIELDS, CONTEXT_PREFILL_FIELDS, DECODE_FIELDS,
                            GEMM_FIELDS, PREFILL_FIELDS, SMALL_FIELDS)
-from sim.stage_model import StageCostModel
-from sim.stage_params import AllReduceParams, StageParams
-from sim.stage_params_config import load_stage_params, params_from_dict, params_to_dict
+from sim.cost.stage_model import StageCostModel
+from sim.cost.stage_params import AllReduceParams, StageParams
+from sim.cost.stage_params_config import load_stage_params, params_from_dict, params_to_dict
 from tests.factories import make_trace
 from traces.paths import default_data_dir
 
@@ -150,8 +150,8 @@ def test_bad_params_files_are_named(tmp_path: Path) -> None:
 
 
 def test_a_gpu_without_a_builtin_set_derives_or_runs_from_a_params_file(tmp_path: Path) -> None:
-    from sim.cost_model_choice import build_cost_model
-    from sim.hardware import GPUSpec
+    from sim.cluster.cost_model_choice import build_cost_model
+    from sim.hardware.gpus import GPUSpec
 
     odd = GPUSpec("odd-gpu", 2**36, 1e12, 1e14, 1e13, 1e11, 0.0)
     dep = DeploymentSpec(get_model("llama-2-7b"), odd, activation_reserve_bytes=0)
@@ -248,7 +248,7 @@ def test_fit_gpu_on_the_shared_a100_profile(tmp_path: Path, capsys: Any) -> None
     fitted = load_stage_params(str(out))
     # refitted from the committed fit, it lands next to it; the shared sample's attention rows
     # are Vidur's FLASH_ATTENTION kernel, whole prompts only: that set's chunk-only terms
-    from sim.attention_kernels import FLASH_ATTENTION_A100
+    from sim.cost.attention_kernels import FLASH_ATTENTION_A100
     want = replace(A100_80GB_PARAMS, **FLASH_ATTENTION_A100)
     for f in SHARED_FITTED:
         assert getattr(fitted, f) == pytest.approx(getattr(want, f), rel=0.05), f
@@ -260,7 +260,7 @@ def test_fit_gpu_on_the_shared_a100_profile(tmp_path: Path, capsys: Any) -> None
 
 
 def test_a_params_file_without_the_launch_floor_loads_with_none(tmp_path: Path) -> None:
-    from sim.stage_params_config import params_to_dict
+    from sim.cost.stage_params_config import params_to_dict
 
     body = params_to_dict(A100_80GB_PARAMS)
     del body["cpu_launch_per_layer_s"]  # files written before the field existed

@@ -13,17 +13,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.cost_model import DeploymentSpec, RooflineCostModel
-from sim.errors import ConfigError, TraceError
-from sim.hardware import get_gpu
-from sim.models import get_model
-from sim.profile_cost_model import ALLREDUCE_LAUNCH_S, ProfileCostModel, ProfileStageTimes
-from sim.profile_csv import ProfileWarning
-from sim.profile_tables import DENSE_OPS, load_profiles
-from sim.roofline_stages import RooflineStages
-from sim.stage_compose import ComposedCostModel
-from sim.step_shape import shape_from_sums
-from sim.table_interp import LogLogCurve, ScatterGrid
+from sim.cost.cost_model import DeploymentSpec, RooflineCostModel
+from sim.util.errors import ConfigError, TraceError
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model
+from sim.measured.profile_cost_model import ALLREDUCE_LAUNCH_S, ProfileCostModel, ProfileStageTimes
+from sim.measured.profile_csv import ProfileWarning
+from sim.measured.profile_tables import DENSE_OPS, load_profiles
+from sim.cost.roofline_stages import RooflineStages
+from sim.cost.stage_compose import ComposedCostModel
+from sim.core.step_shape import shape_from_sums
+from sim.measured.table_interp import LogLogCurve, ScatterGrid
 from traces.paths import default_data_dir
 
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128)  # fixture dense num_tokens
@@ -176,7 +176,7 @@ def test_bad_is_prefill_cell(tmp_path):
 
 
 def test_real_profile_csv_and_sidecar(tmp_path):
-    from sim.calibrated import FEATURES
+    from sim.measured.calibrated import FEATURES
 
     frame = pd.DataFrame([{"kind": "decode", **{f: 1.0 for f in FEATURES}, "seconds": 0.01}])
     path = tmp_path / "tiny_cpu.csv"
@@ -391,7 +391,7 @@ def test_stage_kind_falls_back_to_roofline_without_the_stage_model(tmp_path, mon
     from experiments.fidelity import run_report
 
     write_tree(tmp_path / "p")
-    monkeypatch.setitem(sys.modules, "sim.stage_model", None)  # import now raises ImportError
+    monkeypatch.setitem(sys.modules, "sim.cost.stage_model", None)  # import now raises ImportError
     result = run_report(tmp_path / "p", cost_model="stage")
     assert result["cost_model"] == "roofline"
     assert "not available" in capsys.readouterr().err
@@ -413,7 +413,7 @@ def test_scatter_grid_many_matches_scalar():
 
 
 def test_multi_iteration_decode_matches_iteration_by_iteration(tmp_path):
-    from sim.step_shape import BatchShape
+    from sim.core.step_shape import BatchShape
 
     t = load_profiles(write_tree(tmp_path))
     for tp in (1, 2):

@@ -1,4 +1,4 @@
-"""The stage cost model (sim/stage_model.py), its parameters, fit and A100 fidelity."""
+"""The stage cost model (sim/cost/stage_model.py), its parameters, fit and A100 fidelity."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.cost_executor import CostModelExecutor
-from sim.cost_model import DeploymentSpec, RooflineCostModel
-from sim.errors import ConfigError
-from sim.executor import Step
-from sim.gpu_params import (A100_80GB_PARAMS, GPU_STAGE_PARAMS, L40S, STAGE_GPUS, derive_params,
+from sim.cluster.cost_executor import CostModelExecutor
+from sim.cost.cost_model import DeploymentSpec, RooflineCostModel
+from sim.util.errors import ConfigError
+from sim.core.executor import Step
+from sim.cost.gpu_params import (A100_80GB_PARAMS, GPU_STAGE_PARAMS, L40S, STAGE_GPUS, derive_params,
                             stage_params_for)
-from sim.hardware import GPUSpec, get_gpu
-from sim.models import ModelSpec, get_model
-from sim.stage_fit import (DECODE_FIELDS, FIT_START, GEMM_FIELDS, PREFILL_FIELDS, SMALL_FIELDS,
+from sim.hardware.gpus import GPUSpec, get_gpu
+from sim.models.catalog import ModelSpec, get_model
+from sim.fit.stage_fit import (DECODE_FIELDS, FIT_START, GEMM_FIELDS, PREFILL_FIELDS, SMALL_FIELDS,
                            attention_fields, fit_allreduce, fit_stage_params)
-from sim.stage_model import StageCostModel
-from sim.stage_params import EFFICIENCY_FIELDS, AllReduceParams, StageParams
-from sim.stage_times import StageTimes
+from sim.cost.stage_model import StageCostModel
+from sim.cost.stage_params import EFFICIENCY_FIELDS, AllReduceParams, StageParams
+from sim.cost.stage_times import StageTimes
 from traces.paths import default_data_dir
 from tests.factories import iterations_one_by_one
 
@@ -231,7 +231,7 @@ def synthetic_tables(params: StageParams, model: ModelSpec, gpu: GPUSpec) -> tup
 def test_fit_recovers_known_parameters(kernel: str) -> None:
     """Either attention form (the KV-prefix kernel's span and floor, or the chunk-only terms)
     is recovered from rows the model generated."""
-    from sim.attention_kernels import with_kernel
+    from sim.cost.attention_kernels import with_kernel
     model, gpu = get_model("llama-2-7b"), get_gpu("A100-80GB")
     truth = replace(with_kernel(A100_80GB_PARAMS, kernel, gpu), add_eff=0.8,
                     attn_decode_eff_large=0.9)
@@ -270,7 +270,7 @@ FITTED_FIELDS = (*GEMM_FIELDS, *SMALL_FIELDS, *PREFILL_FIELDS, *DECODE_FIELDS)
 def a100():
     if not (LLAMA_DIR / "mlp.csv").is_file():
         pytest.skip(f"shared A100 profile absent ({LLAMA_DIR})")
-    from sim.profile_tables import load_profiles
+    from sim.measured.profile_tables import load_profiles
     return load_profiles(PROFILE_DIR, model="meta-llama/Llama-2-7b-hf", gpu="a100")
 
 
@@ -280,15 +280,15 @@ def stages_for(params: StageParams):
 
 
 def summary(a100, stages) -> pd.DataFrame:
-    from sim.stage_eval import compare, summarize
+    from sim.fit.stage_eval import compare, summarize
     s = summarize(compare(stages, a100.dense, a100.attention, a100.network))
     return s[s["regime"] != "other"].set_index(["kind", "tp", "regime"])
 
 
 def test_a100_params_are_the_fit_of_the_shared_profile(a100) -> None:
     """The A100 set's GEMM, small-kernel and all-reduce terms, and the flash_attention kernel
-    set's attention terms (sim/attention_kernels.py), are the fit of the shared profile."""
-    from sim.attention_kernels import FLASH_ATTENTION_A100
+    set's attention terms (sim/cost/attention_kernels.py), are the fit of the shared profile."""
+    from sim.cost.attention_kernels import FLASH_ATTENTION_A100
     model, gpu = get_model("llama-2-7b"), get_gpu("A100-80GB")
     fitted = fit_stage_params(FIT_START, model, gpu, a100.dense[a100.dense["tp"] == 1],
                               a100.attention, a100.network)
@@ -304,7 +304,7 @@ def test_a100_params_are_the_fit_of_the_shared_profile(a100) -> None:
 
 def flash_attention_a100() -> StageParams:
     """The A100 set with the attention kernel the shared sample measured (FLASH_ATTENTION)."""
-    from sim.attention_kernels import with_kernel
+    from sim.cost.attention_kernels import with_kernel
     return with_kernel(A100_80GB_PARAMS, "flash_attention", get_gpu("A100-80GB"))
 
 
@@ -329,7 +329,7 @@ def test_tp4_small_decode_needs_the_low_latency_allreduce(a100) -> None:
 
 
 def test_fit_on_tp1_predicts_tp2_and_tp4(a100) -> None:
-    from sim.stage_eval import compare
+    from sim.fit.stage_eval import compare
     model, gpu = get_model("llama-2-7b"), get_gpu("A100-80GB")
     tp1 = a100.dense[a100.dense["tp"] == 1]
     fitted = fit_stage_params(replace(flash_attention_a100(), gemm_compute_eff=0.5,
@@ -345,7 +345,7 @@ def test_fit_on_tp1_predicts_tp2_and_tp4(a100) -> None:
 
 
 def test_roofline_is_too_fast_on_decode(a100) -> None:
-    from sim.roofline_stages import RooflineStages
+    from sim.cost.roofline_stages import RooflineStages
     model, gpu = get_model("llama-2-7b"), get_gpu("A100-80GB")
     s = summary(a100, lambda tp: RooflineStages(RooflineCostModel(DeploymentSpec(model, gpu,
                                                                                  tp))))
@@ -355,7 +355,7 @@ def test_roofline_is_too_fast_on_decode(a100) -> None:
 
 
 def test_agrees_with_the_generic_composition() -> None:
-    compose = pytest.importorskip("sim.stage_compose")  # the other slice's protocol composer
+    compose = pytest.importorskip("sim.cost.stage_compose")  # the other slice's protocol composer
     model = get_model("llama-2-7b")
     for tp in (1, 2):
         m = StageCostModel(DeploymentSpec(model, get_gpu("A100-80GB"), tp), A100_80GB_PARAMS)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cluster import ClusterSpec, build_executors
-from sim.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
-from sim.errors import ConfigError
-from sim.hardware import get_gpu
-from sim.models import get_model
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.cost.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+from sim.util.errors import ConfigError
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model
 
 MODEL = get_model("llama-2-7b")
 PREFILL = ([4096], [0])  # one long prompt: the dense stage is compute-bound

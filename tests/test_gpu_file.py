@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sim.cluster import ClusterSpec, build_executors
-from sim.errors import ConfigError
-from sim.gpu_file import read_gpu_file, resolve_gpu
-from sim.hardware import GPUS, get_gpu
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.util.errors import ConfigError
+from sim.hardware.gpu_file import read_gpu_file, resolve_gpu
+from sim.hardware.gpus import GPUS, get_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "experiments" / "configs" / "gpus" / "mi300x.yaml"

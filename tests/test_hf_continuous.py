@@ -1,4 +1,4 @@
-"""Iteration-level Steps on the HF static-batch engine (sim/hf_continuous.py): a join step's time
+"""Iteration-level Steps on the HF static-batch engine (sim/cluster/hf_continuous.py): a join step's time
 and memory by hand, decode jumps, and static batches untouched."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.executor import Step
-from sim.hf_continuous import MixedShape, mixed_shape
+from sim.core.executor import Step
+from sim.cluster.hf_continuous import MixedShape, mixed_shape
 from tests.test_magnus_hf_static import chatglm_v100, fig4_trace
 
 

@@ -9,10 +9,10 @@ from experiments.validate import pace_lines
 from real.check_report import pace_markdown
 from real.host_pace import drift_note, host_pace
 from real.step_log import StepSample
-from sim.engine_time import EngineTimeModel, EngineTimeParams, EngineWork
-from sim.executor import Step
-from sim.hardware import get_gpu
-from sim.models import get_model
+from sim.cost.engine_time import EngineTimeModel, EngineTimeParams, EngineWork
+from sim.core.executor import Step
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model
 
 WORK = EngineWork.of(get_model("llama-2-7b"), get_gpu("H200"), "bf16")
 MODEL = EngineTimeModel(EngineTimeParams(iteration_host_s=1e-3, eager_host_s=0.012,

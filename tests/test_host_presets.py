@@ -1,15 +1,15 @@
-"""Host presets of the stage model (sim/host_presets.py) and the measured H100 parameters."""
+"""Host presets of the stage model (sim/cost/host_presets.py) and the measured H100 parameters."""
 
 from __future__ import annotations
 
 import pytest
 
-from sim.cluster import ClusterSpec, build_executors
-from sim.errors import ConfigError
-from sim.gpu_params import (A100_80GB_PARAMS, GPU_STAGE_PARAMS, H100_80GB_PARAMS, clock_ratio,
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.util.errors import ConfigError
+from sim.cost.gpu_params import (A100_80GB_PARAMS, GPU_STAGE_PARAMS, H100_80GB_PARAMS, clock_ratio,
                             derive_params, stage_params_for)
-from sim.hardware import GPUS
-from sim.host_presets import CUSTOM_ALLREDUCE, apply_host
+from sim.hardware.gpus import GPUS
+from sim.cost.host_presets import CUSTOM_ALLREDUCE, apply_host
 from tests.factories import make_trace
 
 

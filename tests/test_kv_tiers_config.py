@@ -7,11 +7,11 @@ import pytest
 
 from experiments.config import experiment_from_dict
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
-from sim.errors import ConfigError
-from sim.executor import Step
-from sim.kv_moves import tier_links
-from sim.kv_transfer import GB, LINKS
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.util.errors import ConfigError
+from sim.core.executor import Step
+from sim.memory.kv_moves import tier_links
+from sim.memory.kv_transfer import GB, LINKS
 from tests.factories import LinearExecutor, TierExecutor, make_trace
 
 SWAP = {"preemption_mode": "swap"}

@@ -1,4 +1,4 @@
-"""The prefix cache's host and remote tiers (sim/kv_tiers.py): demotion on eviction, promotion
+"""The prefix cache's host and remote tiers (sim/memory/kv_tiers.py): demotion on eviction, promotion
 on a hit, reference counts across both, capacities, and a run's per-tier accounting."""
 
 import numpy as np
@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.simulate import simulate
-from sim.block_manager import OutOfBlocks
-from sim.kv_moves import KVMoves
-from sim.kv_tiers import LRUTier, TieredBlockManager
+from sim.memory.block_manager import OutOfBlocks
+from sim.memory.kv_moves import KVMoves
+from sim.memory.kv_tiers import LRUTier, TieredBlockManager
 from tests.factories import TierExecutor, make_trace, random_trace, stream_block_ids
 from tests.test_properties import check_invariants
 

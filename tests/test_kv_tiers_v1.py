@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from experiments.config import experiment_from_dict
 from policies.simulate import simulate
-from sim.errors import ConfigError
-from sim.kv_offload import OffloadStore, OffloadTier
+from sim.util.errors import ConfigError
+from sim.memory.kv_offload import OffloadStore, OffloadTier
 from tests.factories import LinearExecutor, TierExecutor, random_trace
 from tests.test_kv_tiers_prefix import three_requests
 from tests.test_kv_tiers_swap import TWO, OneIteration, executor, link_extras

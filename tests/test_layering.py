@@ -1,4 +1,5 @@
-"""The house's floors: sim/ imports nothing above it, and no two modules import each other.
+"""The house's floors: sim/ imports nothing above it, its sub-packages import only the ones their
+`__init__.py` allows (docs/architecture.md), and no two modules import each other.
 
 Every module's imports are read with `ast`, those inside functions and `if TYPE_CHECKING:`
 blocks included (a lazy import is still a dependency)."""
@@ -6,6 +7,7 @@ blocks included (a lazy import is still a dependency)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,8 +60,8 @@ def import_graph() -> dict[str, set[str]]:
 
 def test_the_graph_sees_lazy_and_type_checking_imports():
     graph = import_graph()
-    assert "sim.calibrated" in graph["sim.cluster"]  # imported inside build_executors
-    assert "sim.errors" in graph["experiments.ray_backend"]
+    assert "sim.measured.calibrated" in graph["sim.cluster.spec"]  # imported inside build_executors
+    assert "sim.util.errors" in graph["experiments.ray_backend"]
     assert "policies.base" in graph["policies.registry"]
 
 
@@ -71,6 +73,52 @@ def test_sim_imports_nothing_above_it():
     assert set(KNOWN_UPWARD) <= set(upward), "a tolerated import is gone: drop it from the list"
 
 
+def sim_subpackages() -> dict[str, set[str]]:
+    """sim sub-package -> the sub-packages its `__init__.py` docstring says it may import."""
+    allowed = {}
+    for init in sorted((ROOT / "sim").glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        match = re.search(r"May import: (.*?)\.?$", doc, re.S)
+        assert match, f"{init}: the docstring must end with 'May import: ...'"
+        names = " ".join(match.group(1).split())
+        allowed[init.parent.name] = set() if names == "nothing in the project" else \
+            {n.strip().removeprefix("sim.") for n in names.split(",")}
+    return allowed
+
+
+def test_every_sim_module_lives_in_a_sub_package():
+    top = sorted(p.name for p in (ROOT / "sim").glob("*.py"))
+    assert top == ["__init__.py", "compiled.py"]  # the package and its compiled-build loader
+
+
+def test_sim_sub_packages_import_only_what_they_declare():
+    allowed = sim_subpackages()
+    assert set().union(*allowed.values()) <= set(allowed), "a declared sub-package is missing"
+    graph = import_graph()
+    broken = sorted((m, t) for m, targets in graph.items() if m.count(".") >= 2
+                    and m.startswith("sim.") for t in targets
+                    if t.startswith("sim.") and t.count(".") >= 2
+                    and t.split(".")[1] != m.split(".")[1]
+                    and t.split(".")[1] not in allowed[m.split(".")[1]])
+    assert broken == [], "imports a sub-package its __init__ does not allow"
+
+
+def test_the_declared_sim_floors_have_no_circle():
+    allowed = sim_subpackages()
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"circle: {' -> '.join(path + (name,))}"
+        if name not in done:
+            for below in allowed[name]:
+                visit(below, path + (name,))
+            done.add(name)
+
+    for name in allowed:
+        visit(name, ())
+    assert allowed["cost"] <= {"util", "core", "hardware", "models"}  # never the engine
+
+
 def test_no_two_modules_import_each_other():
     graph = import_graph()
     circles = sorted((a, b) for a, targets in graph.items() for b in targets
@@ -80,18 +128,18 @@ def test_no_two_modules_import_each_other():
 
 def test_sim_simulate_takes_a_factory_and_policies_simulate_a_name():
     import policies.simulate
-    import sim.simulate
+    import sim.engine.simulate
 
-    assert not hasattr(sim.simulate, "simulate")  # resolving a name needs policies.registry
-    assert policies.simulate.RunResult is sim.simulate.RunResult
+    assert not hasattr(sim.engine.simulate, "simulate")  # resolving a name needs policies.registry
+    assert policies.simulate.RunResult is sim.engine.simulate.RunResult
 
 
 def test_the_policy_interface_lives_in_sim_and_is_re_exported():
     import policies.base
-    import sim.policy
+    import sim.engine.policy
 
-    assert policies.base.Policy is sim.policy.Policy
-    assert policies.base.PolicyConfig is sim.policy.PolicyConfig
+    assert policies.base.Policy is sim.engine.policy.Policy
+    assert policies.base.PolicyConfig is sim.engine.policy.PolicyConfig
 
 
 def test_no_module_switches_the_matplotlib_backend():

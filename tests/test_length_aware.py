@@ -13,10 +13,10 @@ from policies.length_aware.admission import (Ordering, admission_order, outstand
 from policies.magnus.length_service import LearningSettings, LengthService
 from policies.magnus.config import PredictorConfig
 from policies.simulate import simulate
-from sim.block_manager import BlockManager
-from sim.errors import ConfigError
-from sim.recorder import Recorder
-from sim.request import Request, RequestStatus
+from sim.memory.block_manager import BlockManager
+from sim.util.errors import ConfigError
+from sim.records.recorder import Recorder
+from sim.core.request import Request, RequestStatus
 from tests.factories import LinearExecutor, make_trace, random_trace
 from tests.test_engine import OneIterationExecutor
 from tests.test_policy_vllm import arrive, check_blocks, make_policy, run_step, simulate_checked

@@ -8,7 +8,7 @@ import pytest
 from experiments.config import experiment_from_dict
 from experiments.figures import main
 from experiments.run import load_config
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.magnus_workload import default_magnus_path
 
 CONFIG = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "magnus.yaml"

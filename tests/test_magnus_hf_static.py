@@ -1,4 +1,4 @@
-"""The HF-transformers static-batch engine (sim/hf_static.py) and the Magnus paper's Fig. 4 run.
+"""The HF-transformers static-batch engine (sim/cluster/hf_static.py) and the Magnus paper's Fig. 4 run.
 
 Fig. 4 (Cheng et al., ICWS 2024): ChatGLM-6B on a V100-32GB, 3 "large" requests (~1,000 input and
 ~1,000 output tokens) among 18 "small" ones (~10 / ~10); vanilla batches of 7 take 242 s, Magnus'
@@ -14,14 +14,14 @@ import pandas as pd
 import pytest
 
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
-from sim.cost_executor import CostModelExecutor
-from sim.cost_model import DeploymentSpec
-from sim.errors import ConfigError
-from sim.executor import Step
-from sim.gpu_file import resolve_gpu
-from sim.hf_static import HFStaticExecutor, HFStaticParams
-from sim.models import resolve_model
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.cluster.cost_executor import CostModelExecutor
+from sim.cost.cost_model import DeploymentSpec
+from sim.util.errors import ConfigError
+from sim.core.executor import Step
+from sim.hardware.gpu_file import resolve_gpu
+from sim.cluster.hf_static import HFStaticExecutor, HFStaticParams
+from sim.models.catalog import resolve_model
 
 PAPER_VANILLA_S = 242.0  # Fig. 4: vanilla, batches of 7
 PAPER_MAGNUS_S = 60.0  # Fig. 4: Magnus, a batch of 3 large and one of 18 small

@@ -14,11 +14,11 @@ from policies.magnus.batcher import AdaptiveBatcher
 from policies.magnus.config import MagnusConfig
 from policies.magnus.memory import EngineMemory, KVTokenMemory, batch_memory
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
-from sim.errors import ConfigError
-from sim.executor import InstanceInfo
-from sim.hf_static import HFStaticExecutor
-from sim.request import Request
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.util.errors import ConfigError
+from sim.core.executor import InstanceInfo
+from sim.cluster.hf_static import HFStaticExecutor
+from sim.core.request import Request
 
 
 def chatglm_v100(**engine) -> HFStaticExecutor:
@@ -49,7 +49,7 @@ def test_policies_see_the_engine_through_instance_info_and_names_differ_with_par
     assert more.memory != default.memory
     assert default.name.endswith("(hf_static)") and "logits_copies=3.0" in more.name
     assert chatglm_v100(kv_passes=4.0).name != default.name  # time parameters too
-    from sim.cluster import ClusterSpec, build_executors
+    from sim.cluster.spec import ClusterSpec, build_executors
     paged = build_executors(ClusterSpec(model="chatglm-6b", gpu="V100-32GB"))[0]
     assert paged.instance_info(0).engine is None  # a paged executor offers none
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from policies.magnus.batcher import AdaptiveBatcher
 from policies.magnus.wma import batch_kv_tokens, batch_wma, request_wma, wma_after_insert
-from sim.request import Request
+from sim.core.request import Request
 
 
 def brute_force_wma(prompt, gen):

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.errors import TraceError
+from sim.util.errors import TraceError
 from traces.magnus_workload import (MagnusSplit, default_magnus_path, load_magnus_trace,
                                     magnus_workload, read_magnus_apps, split_by_task,
                                     training_frame)

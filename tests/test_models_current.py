@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
-from sim.errors import ConfigError
-from sim.models import MODELS, get_model, model_from_config_dict, resolve_model
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.util.errors import ConfigError
+from sim.models.catalog import MODELS, get_model, model_from_config_dict, resolve_model
 from tests.factories import make_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -116,7 +116,7 @@ def test_gemma2_builtin_has_its_config_fields_and_window(name):
     assert m.tie_word_embeddings and m.gated_mlp
     assert m.sliding_window == cfg["sliding_window"] == 4096
     assert m.num_sliding_layers == (m.num_layers + 1) // 2  # layers 0, 2, 4, ...
-    # the config.json path still refuses the window by name (sim/hf_config.py)
+    # the config.json path still refuses the window by name (sim/models/hf_config.py)
     with pytest.raises(ConfigError) as err:
         model_from_config_dict(cfg, name, allow_moe=True)
     assert err.value.field == "model.config.sliding_window" and err.value.value == 4096

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sim.errors import ConfigError
-from sim.hardware import GPUS, GPUSpec, get_gpu
-from sim.models import (MODELS, ModelSpec, get_model, model_from_config_dict,
+from sim.util.errors import ConfigError
+from sim.hardware.gpus import GPUS, GPUSpec, get_gpu
+from sim.models.catalog import (MODELS, ModelSpec, get_model, model_from_config_dict,
                         model_from_hf_config, resolve_model)
 
 LLAMA2_7B_CONFIG = {

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.errors import ConfigError
-from sim.models import MODELS, get_model, model_from_config_dict, resolve_model
+from sim.util.errors import ConfigError
+from sim.models.catalog import MODELS, get_model, model_from_config_dict, resolve_model
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "moe"
 

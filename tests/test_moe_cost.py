@@ -7,15 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.cluster import ClusterSpec, build_executors
-from sim.cost_model import GIB, DeploymentSpec, RooflineCostModel
-from sim.cost_model_choice import build_cost_model
-from sim.errors import ConfigError
-from sim.gpu_params import stage_params_for
-from sim.hardware import get_gpu
-from sim.models import get_model
-from sim.moe_cost import MoEPlan
-from sim.stage_model import StageCostModel
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.cost.cost_model import GIB, DeploymentSpec, RooflineCostModel
+from sim.cluster.cost_model_choice import build_cost_model
+from sim.util.errors import ConfigError
+from sim.cost.gpu_params import stage_params_for
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model
+from sim.cost.moe_cost import MoEPlan
+from sim.cost.stage_model import StageCostModel
 
 H100 = get_gpu("H100-80GB")
 MIXTRAL = get_model("mixtral-8x7b")
@@ -156,8 +156,8 @@ def test_a_cluster_builds_moe_executors():
 
 
 def test_instance_groups_set_their_own_expert_parallelism():
-    from sim.cluster import ClusterSpec, build_executors
-    from sim.errors import ConfigError
+    from sim.cluster.spec import ClusterSpec, build_executors
+    from sim.util.errors import ConfigError
 
     spec = ClusterSpec(model="mixtral-8x7b", gpu="H100-80GB", tensor_parallel=2,
                        instances=({"expert_parallel": 2}, {"tensor_parallel": 4, "count": 2}))

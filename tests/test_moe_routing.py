@@ -1,4 +1,4 @@
-"""The closed forms of sim/moe_routing.py against Monte-Carlo counts (seeded numpy Generator):
+"""The closed forms of sim/cost/moe_routing.py against Monte-Carlo counts (seeded numpy Generator):
 expected distinct experts under uniform and Zipf-skewed top-k routing, and the busiest expert-
 parallel rank's expected load."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from sim.moe_routing import (busiest_rank_distinct, busiest_rank_rows, expected_distinct,
+from sim.cost.moe_routing import (busiest_rank_distinct, busiest_rank_rows, expected_distinct,
                              expected_distinct_uniform, expected_max_normal,
                              inclusion_probabilities, popularity, rank_of_expert)
 

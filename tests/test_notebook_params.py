@@ -8,7 +8,7 @@ import pytest
 
 from experiments.notebook_params import (DEFAULT_CAPACITY_REQUESTS, DEFAULT_RESULTS_DIR,
                                          NotebookParams, params_from_env)
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 
 def test_defaults_and_overrides():

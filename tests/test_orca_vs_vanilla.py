@@ -4,7 +4,7 @@
 import pytest
 
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
+from sim.cluster.spec import ClusterSpec, build_executors
 from traces.registry import load_trace, shared_trace_path
 from traces.transform import poisson_from_lengths
 

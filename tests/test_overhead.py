@@ -1,4 +1,4 @@
-"""Scheduling overhead (sim/overhead.py): serial and async accounting on hand-computed examples."""
+"""Scheduling overhead (sim/cost/overhead.py): serial and async accounting on hand-computed examples."""
 
 import json
 import math
@@ -8,9 +8,9 @@ import pytest
 
 from policies.registry import policy_names
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec
-from sim.errors import ConfigError
-from sim.overhead import SchedulingOverhead, build_overhead, overhead_kwargs
+from sim.cluster.spec import ClusterSpec
+from sim.util.errors import ConfigError
+from sim.cost.overhead import SchedulingOverhead, build_overhead, overhead_kwargs
 from tests.factories import LinearExecutor, generic_params, make_trace, random_trace
 from tests.test_engine import OneIterationExecutor
 

@@ -7,9 +7,9 @@ import pytest
 from experiments.config import experiment_from_dict
 from policies.paged import PagedPolicy
 from policies.simulate import simulate
-from sim.block_manager import BlockManager
-from sim.errors import ConfigError, TraceError
-from sim.prefix_keys import block_keys, covered_tokens
+from sim.memory.block_manager import BlockManager
+from sim.util.errors import ConfigError, TraceError
+from sim.memory.prefix_keys import block_keys, covered_tokens
 from tests.factories import LinearExecutor, make_trace, random_trace, stream_block_ids
 from tests.test_engine import OneIterationExecutor
 from traces.schema import validate_trace
@@ -252,7 +252,7 @@ def test_block_tokens_column_is_validated():
 
 def test_mooncake_loader_sets_512_token_granules(tmp_path):
     from traces.mooncake import load_mooncake
-    from sim.trace_rows import requests_from_trace
+    from sim.engine.trace_rows import requests_from_trace
 
     path = tmp_path / "m.jsonl"
     path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 3, '
@@ -290,7 +290,7 @@ def test_keys_are_the_same_in_every_process():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    code = "from sim.prefix_keys import block_keys; print(block_keys((-1, 7, 2**70), 8, 8, 24, 24))"
+    code = "from sim.memory.prefix_keys import block_keys; print(block_keys((-1, 7, 2**70), 8, 8, 24, 24))"
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True, cwd=root,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout

@@ -12,7 +12,7 @@ import pytest
 from experiments.config_load import load_config
 from experiments.run import parse_args
 from experiments.workload import build_workload
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.random_dataset import RandomDataset, length_bounds, random_lengths, random_trace
 
 QUICKSTART = "experiments/configs/quickstart.yaml"  # synthetic workload

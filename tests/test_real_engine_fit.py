@@ -16,13 +16,13 @@ from real.calibrate_engine import engine_section, structural_params
 from real.fit_engine import cross_validate, fit_data, fit_engine, predict
 from real.step_log import (ENGINE_STEPS, StepSample, read_engine_steps, reconstruct_run,
                            run_samples, samples_frame)
-from sim.calibrated import FEATURES, CalibratedExecutor, step_features
-from sim.engine_shapes import ShapeCache
-from sim.engine_time import EngineTimeModel, EngineTimeParams, EngineWork
-from sim.errors import ConfigError
-from sim.executor import Step
-from sim.hardware import get_gpu
-from sim.models import get_model
+from sim.measured.calibrated import FEATURES, CalibratedExecutor, step_features
+from sim.cost.engine_shapes import ShapeCache
+from sim.cost.engine_time import EngineTimeModel, EngineTimeParams, EngineWork
+from sim.util.errors import ConfigError
+from sim.core.executor import Step
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model
 from tests.factories import random_trace
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "real_h100_2026-11-27"
@@ -218,7 +218,7 @@ def test_the_full_profile_grid_times_every_split_kv_regime_even_and_lopsided():
     """The fit can only price the longest row's split if the profile timed it: decode batches
     in every split regime of a 32-KV-head model on 132 SMs, and lopsided ones in several."""
     from real.profile import profile_grid
-    from sim.split_kv import choose_num_splits
+    from sim.cost.split_kv import choose_num_splits
 
     grid = profile_grid(False, 1 << 20, 4096, 16)
     decodes = [s for s in grid if all(n == 1 for n, _ in s.chunks)]

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from real.attention import available_backends  # noqa: E402
 from real.executor import TorchExecutor  # noqa: E402
-from sim.executor import Step  # noqa: E402
+from sim.core.executor import Step  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

@@ -13,7 +13,7 @@ from real.attention import BatchLayout  # noqa: E402
 from real.executor import TorchExecutor  # noqa: E402
 from real.kv_cache import KVCacheOOM, PagedKVCache  # noqa: E402
 from real.tokens import TokenStore  # noqa: E402
-from sim.executor import Step  # noqa: E402
+from sim.core.executor import Step  # noqa: E402
 
 
 def small_cache(num_blocks: int = 8, block_size: int = 4) -> PagedKVCache:

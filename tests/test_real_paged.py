@@ -16,7 +16,7 @@ from real.mixed_graphs import MixedGraphs  # noqa: E402
 from real.init_hash import hash_uniform_, hash_uniform_numpy  # noqa: E402
 from real.model import hf_parameter_views  # noqa: E402
 from real.weights import INIT_STD  # noqa: E402
-from sim.executor import Step  # noqa: E402
+from sim.core.executor import Step  # noqa: E402
 
 ATOL = 2e-5  # fp32 rounding of two attention implementations
 
@@ -169,8 +169,8 @@ def test_mixed_graphs_leave_too_many_tokens_or_chunks_to_eager_iterations():
 
 def test_the_time_model_prices_the_graphs_the_engine_replays():
     """For random schedules, the engine's graph choice (decode graph, mixed bucket or eager) is
-    the one `sim/engine_time.py` prices (`sim/graph_plan.py` on both sides)."""
-    from sim.engine_time import EngineTimeModel, EngineTimeParams, step_iteration_features
+    the one `sim/cost/engine_time.py` prices (`sim/cost/graph_plan.py` on both sides)."""
+    from sim.cost.engine_time import EngineTimeModel, EngineTimeParams, step_iteration_features
 
     ex = mixed_engine(max_tokens=128, max_rows=8)
     model = EngineTimeModel(EngineTimeParams(max_graph_batch=8, max_graph_tokens=128), None)

@@ -9,9 +9,9 @@ import pytest
 
 from policies.routing import HashRing, InstanceLoad, build_router, check_router
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
-from sim.errors import ConfigError
-from sim.request import Request
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.util.errors import ConfigError
+from sim.core.request import Request
 from tests.factories import LinearExecutor, random_trace
 
 

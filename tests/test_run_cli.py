@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from experiments.run import apply_overrides, load_config, main
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 TINY = {
     "name": "tiny",

@@ -1,4 +1,4 @@
-"""A run's cost and energy (sim/run_cost.py): hand-computed on a linear executor, the defaults
+"""A run's cost and energy (sim/cluster/run_cost.py): hand-computed on a linear executor, the defaults
 table, the cluster options refused by name, and the keys a sweep's summary gains."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import yaml
 
 from experiments.run import main as run_main
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec
-from sim.errors import ConfigError
-from sim.gpu_costs import GPU_COSTS, default_cost
-from sim.run_cost import COST_KEYS, cost_summary, gpu_rates, run_cost_summary
+from sim.cluster.spec import ClusterSpec
+from sim.util.errors import ConfigError
+from sim.hardware.gpu_costs import GPU_COSTS, default_cost
+from sim.cluster.run_cost import COST_KEYS, cost_summary, gpu_rates, run_cost_summary
 from tests.factories import LinearExecutor, make_trace
 
 BASE_S, PER_TOKEN_S = 0.01, 1e-4  # the linear executor: seconds per iteration, per token

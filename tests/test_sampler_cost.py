@@ -1,16 +1,16 @@
-"""The sampler's cost by build (issue 31, sim/sampler_cost.py): flat (the default, unchanged),
+"""The sampler's cost by build (issue 31, sim/cost/sampler_cost.py): flat (the default, unchanged),
 fused top-k and HF's torch sampler, closed forms of launches plus logit bytes at HBM bandwidth."""
 
 from __future__ import annotations
 
 import pytest
 
-from sim.cost_model import DeploymentSpec
-from sim.cost_model_choice import build_cost_model
-from sim.errors import ConfigError
-from sim.hardware import get_gpu
-from sim.models import get_model, resolve_model
-from sim.sampler_cost import (EAGER_OP_S, FUSED_KERNEL_S, HF_OPS, SAMPLER_KERNELS,
+from sim.cost.cost_model import DeploymentSpec
+from sim.cluster.cost_model_choice import build_cost_model
+from sim.util.errors import ConfigError
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model, resolve_model
+from sim.cost.sampler_cost import (EAGER_OP_S, FUSED_KERNEL_S, HF_OPS, SAMPLER_KERNELS,
                               sampler_seconds)
 
 QWEN_1_8B = "experiments/configs/models/qwen-1_8b.json"  # vocabulary 151,936

@@ -1,4 +1,4 @@
-"""Materialised attention scores on a paged engine (issue 31, sim/score_buffer.py): the buffer
+"""Materialised attention scores on a paged engine (issue 31, sim/cost/score_buffer.py): the buffer
 comes out of the KV pool at the largest prefill, prefill attention runs unfused (closed form),
 decode rows are untouched, and the option is checked by name."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cost_model import DeploymentSpec
-from sim.cost_model_choice import build_cost_model
-from sim.errors import ConfigError
-from sim.hardware import get_gpu
-from sim.models import resolve_model
+from sim.cost.cost_model import DeploymentSpec
+from sim.cluster.cost_model_choice import build_cost_model
+from sim.util.errors import ConfigError
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import resolve_model
 
 QWEN_14B = "experiments/configs/models/qwen-14b.json"  # 40 layers, 40 heads x 128, MHA
 BUFFER = {"score_buffer": {"max_prefill_tokens": 2048}}

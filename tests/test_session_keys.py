@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.session_keys import sessions_from_blocks
 
 

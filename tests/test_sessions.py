@@ -9,7 +9,7 @@ import pytest
 from experiments.config import experiment_from_dict
 from experiments.workload import build_workload
 from policies.simulate import simulate
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, check_follow_ups_hit_previous_context
 from traces.lengths import LengthDist
 from traces.sessions import SESSION_ID_STRIDE, SessionConfig, session_draw, session_trace

@@ -12,7 +12,7 @@ import pytest
 from experiments.config import experiment_from_dict
 from experiments.run import run_sweep
 from experiments.workload import WORKLOAD_NOTE, build_workload, load_base_trace
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 from traces.mapping import TraceMapping
 from traces.skip_rows import load_skipping
 

@@ -10,7 +10,7 @@ import yaml
 
 from experiments.config_load import load_config
 from experiments.sweep import expand, run_hash
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {"name": "slo_forms", "workload": {"synthetic": {"num_requests": 10}},

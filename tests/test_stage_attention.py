@@ -1,5 +1,5 @@
-"""Attention over a KV prefix and decode's per-sequence cost and floor (sim/stage_attention.py,
-the A100's FlashInfer fit in sim/gpu_params.py, kernel sets in sim/attention_kernels.py)."""
+"""Attention over a KV prefix and decode's per-sequence cost and floor (sim/cost/stage_attention.py,
+the A100's FlashInfer fit in sim/cost/gpu_params.py, kernel sets in sim/cost/attention_kernels.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.attention_kernels import FLASH_ATTENTION_A100, KERNELS, kernel_of_backend, with_kernel
-from sim.cost_model import DeploymentSpec
-from sim.errors import ConfigError
-from sim.gpu_params import A100_80GB_PARAMS, H100_80GB_PARAMS, stage_params_for
-from sim.hardware import GPUSpec, get_gpu
-from sim.models import ModelSpec, get_model
-from sim.stage_model import StageCostModel
-from sim.stage_params import StageParams
+from sim.cost.attention_kernels import FLASH_ATTENTION_A100, KERNELS, kernel_of_backend, with_kernel
+from sim.cost.cost_model import DeploymentSpec
+from sim.util.errors import ConfigError
+from sim.cost.gpu_params import A100_80GB_PARAMS, H100_80GB_PARAMS, stage_params_for
+from sim.hardware.gpus import GPUSpec, get_gpu
+from sim.models.catalog import ModelSpec, get_model
+from sim.cost.stage_model import StageCostModel
+from sim.cost.stage_params import StageParams
 from tests.factories import iterations_one_by_one
 
 A100 = get_gpu("A100-80GB")
@@ -34,7 +34,7 @@ def llama3(tp: int = 1, params: StageParams = A100_80GB_PARAMS) -> StageCostMode
 # github.com/adi-anirudh/vidur_hbf_hbm_backend, data/profiling/compute/a100/meta-llama/
 # Meta-Llama-3-8B/attention.csv, commit a336807ca19bee36d2f77124b35887db661b6df1, columns
 # time_stats.attn_prefill.median (the kernel; its attn_kv_cache_save is FlashInfer 0.1's
-# serial append, sim/profile_tables.py) and time_stats.attn_decode.median +
+# serial append, sim/measured/profile_tables.py) and time_stats.attn_decode.median +
 # time_stats.attn_kv_cache_save.median. (tp, chunk tokens, KV prefix tokens, ms)
 PREFILL_WITH_CONTEXT = [
     (1, 256, 15616, 0.465), (1, 512, 6144, 0.511), (1, 544, 15232, 1.198),
@@ -189,7 +189,7 @@ def test_h100_attention_is_derived_from_the_a100_fit() -> None:
 
 
 def test_todays_vllm_preset_drops_the_split_kv_floor() -> None:
-    from sim.host_presets import apply_host
+    from sim.cost.host_presets import apply_host
     assert apply_host(A100_80GB_PARAMS, "vllm", A100).attn_decode_floor_s == 0.0
     assert apply_host(A100_80GB_PARAMS, "params", A100).attn_decode_floor_s > 0
 
@@ -212,7 +212,7 @@ def test_zero_means_off_where_it_may() -> None:
 
 @pytest.mark.parametrize("field", ["attn_prefill_key_s", "attn_decode_floor_half_tokens"])
 def test_config_overrides_name_the_field(field: str) -> None:
-    from sim.cluster import ClusterSpec, build_executors
+    from sim.cluster.spec import ClusterSpec, build_executors
     with pytest.raises(ConfigError) as info:
         build_executors(ClusterSpec(cost_model={"kind": "stage", field: -1.0}))
     assert info.value.field == f"cluster.cost_model.{field}"
@@ -238,7 +238,7 @@ def test_fidelity_reports_against_the_kernel_asked_for(tmp_path: Path,
 
 # ---- the profile reader and the full file (skipped where absent) -------------------------------
 def test_flashinfer_prefill_kv_save_is_left_out(tmp_path: Path) -> None:
-    from sim.profile_tables import read_attention_backend
+    from sim.measured.profile_tables import read_attention_backend
     rows = [{"is_prefill": pre, "batch_size": 1, "prefill_chunk_size": 512 if pre else 0,
              "kv_cache_size": 1024, "num_tensor_parallel_workers": 1,
              "time_stats.attn_prefill.median": 0.2 if pre else 0.0,
@@ -267,7 +267,7 @@ FULL = Path(os.environ.get("SERVESIM_FLASHINFER_ATTENTION_CSV",
 def full() -> pd.DataFrame:
     if not FULL.is_file():
         pytest.skip(f"measured FlashInfer rows absent ({FULL})")
-    from sim.profile_tables import read_attention_backend
+    from sim.measured.profile_tables import read_attention_backend
     table, backend = read_attention_backend(FULL)
     assert backend == "FLASHINFER"
     return table
@@ -295,7 +295,7 @@ def test_per_regime_on_the_full_file(full: pd.DataFrame) -> None:
 
 
 def test_a100_attention_is_the_fit_of_the_full_file(full: pd.DataFrame) -> None:
-    from sim.stage_fit import CONTEXT_DECODE_FIELDS, CONTEXT_PREFILL_FIELDS, fit_attention
+    from sim.fit.stage_fit import CONTEXT_DECODE_FIELDS, CONTEXT_PREFILL_FIELDS, fit_attention
     fitted = fit_attention(A100_80GB_PARAMS, LLAMA3, A100, full)
     for f in (*CONTEXT_PREFILL_FIELDS, *CONTEXT_DECODE_FIELDS):
         assert getattr(fitted, f) == pytest.approx(getattr(A100_80GB_PARAMS, f), rel=0.01), f

@@ -17,10 +17,10 @@ from experiments.capacity_probe import ProbeSettings, probe
 from experiments.config import experiment_from_dict
 from experiments.probe_length import ProbeRule
 from experiments.run import main as run_main
-from sim.errors import ConfigError
-from sim.measured_slo import measured_slo_summary
-from sim.slo import SLO, slo_summary
-from sim.steady import SteadyRule, measured_mask, measured_window, steady_summary
+from sim.util.errors import ConfigError
+from sim.metrics.measured_slo import measured_slo_summary
+from sim.metrics.slo import SLO, slo_summary
+from sim.metrics.steady import SteadyRule, measured_mask, measured_window, steady_summary
 
 
 def records(arrival: np.ndarray, finish: np.ndarray, ttft: np.ndarray | float = 0.1,

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 from traces.azure import load_azure
 from traces.generic import load_csv, load_jsonl, load_parquet
 from traces.mooncake import load_mooncake

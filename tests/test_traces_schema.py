@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 from traces.paths import DATA_DIR_ENV, default_data_dir, shared_trace_path
 from traces.registry import TRACE_FORMATS, infer_format, load_trace
 from traces.schema import UnsortedTraceWarning, trace_stats, validate_trace

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.schema import trace_stats, validate_trace
 from traces.synthetic import (LENGTH_PRESETS, LengthDist, SyntheticConfig, arrivals,
                               poisson_from_lengths, resample_lengths, scale_rate,

@@ -15,8 +15,8 @@ from experiments.run import main as run_main
 from experiments.run import parse_args
 from experiments.vllm_bench import (BenchOptions, bench_keys, bench_result, latency_stats,
                                     parse_options, peak_buckets)
-from sim.errors import ConfigError
-from sim.metrics import weighted_std
+from sim.util.errors import ConfigError
+from sim.metrics.summary import weighted_std
 
 # vLLM's `vllm bench serve --save-result` keys (vllm/benchmarks/serve.py @ def9ce85ba10) for
 # --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99, copied from its code

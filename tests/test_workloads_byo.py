@@ -12,7 +12,7 @@ from experiments.config import experiment_from_dict
 from experiments.config_load import load_config
 from experiments.workload import build_workload, load_base_trace
 from policies.simulate import simulate
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 from tests.factories import LinearExecutor
 from traces.arrivals import arrivals, weibull_cv, weibull_shape
 from traces.clients import ClientSpec, MultiClientConfig, multi_client_trace

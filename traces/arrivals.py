@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from sim.errors import ConfigError, check_positive
+from sim.util.errors import ConfigError, check_positive
 
 _CHUNK = 4096  # gaps drawn per step when generating up to a duration
 MIN_CV = 1e-6  # dimensionless; below it gaps are evenly spaced (gamma shape would overflow)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceError
+from sim.util.errors import TraceError
 from traces.columns import BadCells, bad_cells, is_missing, to_token_counts
 from traces.files import check_limit, existing_file, open_text
 from traces.schema import require_rows, validate_trace

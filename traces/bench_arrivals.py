@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceError
+from sim.util.errors import TraceError
 from traces.schema import validate_trace
 
 

@@ -31,7 +31,7 @@ The trace has the schema's columns plus `measured_ttft_s`, `measured_tpot_s` ((l
 / (outputs - 1), NaN for one output, as the tools compute TPOT), `measured_e2e_s` and
 `bench_index` (the request's index in the file); `itls` keeps every inter-token gap. The
 arrivals are rebuilt in traces/bench_arrivals.py. A file of another kind (a result saved without
---save-detailed, servesim's own bench.json, a calibration) is named as such (sim/file_kinds.py).
+--save-detailed, servesim's own bench.json, a calibration) is named as such (sim/util/file_kinds.py).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceError
-from sim.file_kinds import EXPECTED_BENCH, describe_json
+from sim.util.errors import TraceError
+from sim.util.file_kinds import EXPECTED_BENCH, describe_json
 from traces.bench_arrivals import (concurrency_replay, positive_number, ramp_rates,
                                    rebuild_arrivals, send_schedule)
 from traces.schema import require_rows, validate_trace

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.arrivals import PROCESSES, cv_from_burstiness, interarrival_gaps, weibull_shape
 from traces.class_columns import CLASS_NAME, PRIORITY_RANGE
 from traces.lengths import LENGTH_PRESETS, LengthDist, resample_lengths

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceError
+from sim.util.errors import TraceError
 
 Lines = Sequence[int] | np.ndarray | None
 MAX_ARRIVAL_S = 1e9  # seconds (~32 years); beyond it float64 times lose microsecond resolution

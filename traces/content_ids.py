@@ -1,7 +1,7 @@
 """Content ids (`block_ids`) of a synthetic token stream whose first tokens may be shared.
 
 A generated workload names each token stream in granules of `block_tokens` tokens
-(`sim/prefix_keys.py`): granule i of a stream gets `own_base + i`, except granules lying wholly
+(`sim/memory/prefix_keys.py`): granule i of a stream gets `own_base + i`, except granules lying wholly
 inside the stream's shared leading tokens (a system prompt, a P-tuning task's soft prompt),
 which get `shared_base + i`, the same in every stream that shares them. Streams take bases
 STREAM_STRIDE apart, so ids of different streams never meet.

@@ -22,7 +22,7 @@ from typing import IO, BinaryIO
 
 import pandas as pd
 
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 from traces.columns import BadCells
 
 GZIP_MAGIC = b"\x1f\x8b"  # first two bytes of every gzip stream

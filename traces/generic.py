@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceError
+from sim.util.errors import TraceError
 from traces.columns import Lines
 from traces.files import (check_limit, existing_file, is_gzip, iter_jsonl, open_binary,
                           read_csv_cells)

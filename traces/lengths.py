@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 
 LENGTH_KINDS: tuple[str, ...] = ("constant", "uniform", "lognormal", "zipf")
 

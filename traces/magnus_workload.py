@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 from traces.arrivals import arrivals
 from traces.files import check_limit, existing_file, iter_jsonl
 from traces.paths import default_data_dir

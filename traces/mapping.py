@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 from traces.class_columns import CLASS_COLUMNS
 from traces.columns import BadCells, Lines, bad_cells, is_missing
 from traces.files import check_limit, existing_file, iter_jsonl, read_csv_cells

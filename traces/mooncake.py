@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceError
+from sim.util.errors import TraceError
 from traces.columns import BadCells, to_block_ids, to_token_counts
 from traces.files import check_limit, existing_file, iter_jsonl
 from traces.schema import require_rows, validate_trace

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.files import existing_file
 
 DATA_DIR_ENV = "SIMSERVE_DATA_DIR"

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError, check_positive
+from sim.util.errors import ConfigError, check_positive
 from traces.content_ids import STREAM_STRIDE, stream_ids
 from traces.lengths import LENGTH_PRESETS, LengthDist
 from traces.schema import validate_trace

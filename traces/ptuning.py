@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.arrivals import arrivals
 from traces.content_ids import STREAM_STRIDE, stream_ids
 from traces.lengths import LENGTH_PRESETS, LengthDist

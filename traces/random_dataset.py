@@ -14,7 +14,7 @@ a BOS, from L before drawing, and the server adds them back). Arrivals come from
 of the seed: Gamma gaps of shape `burstiness` (`--burstiness`; 1 = Poisson) at the run's rate,
 every request at 0 when the rate is inf (`--request-rate inf`). With a prefix, each request gets
 `block_ids` (0,) covering `block_tokens` = prefix_len tokens: prefix caching sees the shared
-prefix and nothing else (sim/prefix_keys.py).
+prefix and nothing else (sim/memory/prefix_keys.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.arrivals import arrivals, cv_from_burstiness
 from traces.schema import validate_trace
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.azure import AZURE_COLUMNS, load_azure
 from traces.bench_trace import load_bench_trace, looks_like_bench
 from traces.files import existing_file, open_text, peek_jsonl

@@ -9,7 +9,7 @@ Required columns:
 Optional columns: `text`, `app`, `session_id` (str, None when missing), `block_ids` (tuple of
 int64: the prompt's block hashes, equal ids = shared prefix block) and `block_tokens` (int64 >= 1:
 tokens each block id covers, e.g. 512 for Mooncake; prefix caching needs it, see
-`sim/prefix_keys.py`). Non-empty `block_ids` without a `block_tokens` column are an error (prefix
+`sim/memory/prefix_keys.py`). Non-empty `block_ids` without a `block_tokens` column are an error (prefix
 caching could not use them; the Mooncake loader sets 512). Request classes (docs/classes.md):
 `class` (str), `priority` (int64, lower first; empty: 0) and `timeout_s` (float64 seconds > 0;
 empty, nan or inf: none), coerced by `traces.class_columns`. Any other column is kept as is.
@@ -28,7 +28,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from sim.errors import TraceError
+from sim.util.errors import TraceError
 from traces.class_columns import CLASS_COLUMNS, to_class_names, to_priorities, to_timeouts
 from traces.columns import (Lines, row_label, to_block_ids, to_seconds, to_strings,
                             to_token_counts, where_text)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 
 def sessions_from_blocks(df: pd.DataFrame, num_blocks: int, source: str) -> pd.DataFrame:

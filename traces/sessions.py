@@ -9,7 +9,7 @@ session ends early before a later turn whose prompt would exceed `max_prompt_tok
 
 `block_ids` name the session's token stream in granules of `block_tokens` tokens and cover each
 turn's prompt and answer, so the next turn can hit the previous turn's output blocks
-(`sim/prefix_keys.py`). Granule i of session s has id (s + 1) * 2**32 + i, except granules lying
+(`sim/memory/prefix_keys.py`). Granule i of session s has id (s + 1) * 2**32 + i, except granules lying
 wholly inside the shared system prompt (`system_prompt_tokens`), whose id is i in every session.
 
 `rate_per_s` is the delivered request (turn) rate. With `duration_s` it is exact: the turns
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError, check_positive
+from sim.util.errors import ConfigError, check_positive
 from traces.content_ids import STREAM_STRIDE
 from traces.content_ids import stream_ids as stream_ids_of
 from traces.lengths import LENGTH_PRESETS, LengthDist

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError, TraceError, short_repr
+from sim.util.errors import ConfigError, TraceError, short_repr
 from traces.azure import azure_frame
 from traces.azure import read_raw as read_azure
 from traces.columns import BadCells

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 from traces.arrivals import arrivals, arrivals_until, interarrival_gaps, weibull_shape
 from traces.lengths import LENGTH_KINDS, LENGTH_PRESETS, LengthDist, resample_lengths
 from traces.schema import validate_trace

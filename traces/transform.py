@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 from traces.arrivals import arrivals, cv_from_burstiness
 from traces.columns import MAX_ARRIVAL_S
 from traces.schema import trace_stats, validate_trace

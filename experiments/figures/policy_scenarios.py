@@ -13,8 +13,8 @@ import pandas as pd
 
 from experiments.capacity import Capacity, SearchConfig, search_capacity
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
-from sim.slo import SLO, meets_slo, slo_summary
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.metrics.slo import SLO, meets_slo, slo_summary
 from traces.synthetic import LENGTH_PRESETS, LengthDist, SyntheticConfig, synthetic_trace
 
 Workload = Callable[[float, int, int], pd.DataFrame]  # (rate req/s, requests, seed) -> trace

@@ -165,8 +165,8 @@ def breakeven_table(cluster: dict, draft: str, contexts: Sequence[int] = (200, 1
                     ks: Sequence[int] = (1, 2, 4, 8)) -> str:
     """Markdown: per batch of decodes (all at one context), the verify step's cost over a plain
     decode step, and the acceptance rate above which speculation emits tokens faster."""
-    from sim.cluster import ClusterSpec, build_executors
-    from sim.executor import Step
+    from sim.cluster.spec import ClusterSpec, build_executors
+    from sim.core.executor import Step
 
     base = {k: v for k, v in cluster.items() if k != "draft_model"}
     plain = build_executors(ClusterSpec(**base))[0]

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from sim.errors import ConfigError, check_fraction, check_positive
+from sim.util.errors import ConfigError, check_fraction, check_positive
 
 from policies.kv_tier_config import refuse_kv_tiers
 from policies.magnus.config import PredictorConfig, check_optional_seconds

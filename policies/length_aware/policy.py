@@ -20,9 +20,9 @@ from typing import Sequence
 
 import numpy as np
 
-from sim.executor import InstanceInfo, Step, StepResult
-from sim.recorder import Recorder
-from sim.request import Request
+from sim.core.executor import InstanceInfo, Step, StepResult
+from sim.records.recorder import Recorder
+from sim.core.request import Request
 
 from policies.length_aware.admission import (Ordering, admission_order, outstanding_blocks,
                                              reservation_tokens)

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from sim.errors import ConfigError, check_fraction, check_positive
+from sim.util.errors import ConfigError, check_fraction, check_positive
 
 from policies.base import PolicyConfig
 from policies.magnus.memory import MEMORY_CHECKS

@@ -16,7 +16,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from sim.errors import ConfigError, check_positive
+from sim.util.errors import ConfigError, check_positive
 
 HASHING_MODEL = "hashing"  # model name of the torch-free HashingEmbedder
 OFFLINE_PACKAGES: dict[str, str] = {  # model name -> pip package bundling it for offline use

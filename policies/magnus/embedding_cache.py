@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sim.errors import check_positive
+from sim.util.errors import check_positive
 
 from policies.magnus.embedding import Embedder
 

@@ -19,7 +19,7 @@ from sklearn.neighbors import KNeighborsRegressor
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from sim.errors import check_positive
+from sim.util.errors import check_positive
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 
 def group_sizes(dim: int, num_groups: int) -> np.ndarray:

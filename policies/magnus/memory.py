@@ -2,7 +2,7 @@
 
 The paper's Θ is the available memory. On the paged engine a batch's memory is its KV cache, so
 the check is size x (L(B) + G'(B)) <= Θ x the smallest instance's KV capacity (tokens). On the
-HF static-batch engine (`sim/hf_static.py`) the prefill also holds every position's logits and a
+HF static-batch engine (`sim/cluster/hf_static.py`) the prefill also holds every position's logits and a
 layer's attention scores, often more than the KV itself for long prompts; sizing batches by KV
 tokens alone there makes them fail in the prefill. `memory_check: engine` (the default) counts
 the batch's peak bytes as that engine does, on every instance that reports an engine memory
@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from sim.errors import check_fraction, check_positive
-from sim.executor import InstanceInfo
-from sim.hf_static import HFStaticExecutor, HFStaticMemory
+from sim.util.errors import check_fraction, check_positive
+from sim.core.executor import InstanceInfo
+from sim.cluster.hf_static import HFStaticExecutor, HFStaticMemory
 
 MEMORY_CHECKS = ("engine", "kv_tokens")
 

@@ -18,11 +18,11 @@ from typing import Sequence
 
 import numpy as np
 
-from sim.errors import ConfigError
-from sim.executor import InstanceInfo, Step, StepResult
-from sim.hf_static import HFStaticExecutor
-from sim.recorder import Recorder
-from sim.request import Request
+from sim.util.errors import ConfigError
+from sim.core.executor import InstanceInfo, Step, StepResult
+from sim.cluster.hf_static import HFStaticExecutor
+from sim.records.recorder import Recorder
+from sim.core.request import Request
 
 from policies.base import Policy
 from policies.magnus.batcher import AdaptiveBatcher, QueuedBatch

@@ -17,7 +17,7 @@ import numpy as np
 from sklearn.ensemble import RandomForestRegressor
 from sklearn.linear_model import LinearRegression
 
-from sim.errors import ConfigError, check_positive
+from sim.util.errors import ConfigError, check_positive
 
 from policies.magnus.embedding import Embedder
 from policies.magnus.features import semantic_features

@@ -5,7 +5,7 @@ batches' serving times measured on the engine before serving starts. Here the tr
 cut into queue snapshots of `chunk` requests in a seeded random order; each snapshot is batched
 by the WMA assembler with the *true* generation lengths (what a profiling run observes) and Θ, and
 each batch is timed on the engine (`HFStaticExecutor.batch_seconds`). Batches that would run out
-of memory are skipped. Only engines a policy can time offline are profiled (`sim.hf_static`).
+of memory are skipped. Only engines a policy can time offline are profiled (`sim.cluster.hf_static`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from sim.hf_static import HFStaticExecutor
-from sim.request import Request
+from sim.cluster.hf_static import HFStaticExecutor
+from sim.core.request import Request
 
 from policies.magnus.batcher import AdaptiveBatcher
 from policies.magnus.estimator import BatchSample

@@ -14,7 +14,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from sim.request import Request
+from sim.core.request import Request
 
 TRAINING_COLUMNS: tuple[str, ...] = ("app", "instruction", "input", "input_tokens",
                                      "prompt_tokens", "output_tokens")

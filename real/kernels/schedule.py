@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.split_kv import (MAX_SPLITS, MIN_TOKENS_PER_SPLIT, PROGRAMS_PER_SM,  # noqa: F401
+from sim.cost.split_kv import (MAX_SPLITS, MIN_TOKENS_PER_SPLIT, PROGRAMS_PER_SM,  # noqa: F401
                           choose_num_splits)
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from policies.simulate import RunResult, simulate
 from policies.static_batch import static_tokens_per_request
-from sim.cluster import ClusterSpec, build_executors
-from sim.request import OUT_OF_MEMORY
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.core.request import OUT_OF_MEMORY
 from tests.factories import LinearExecutor, make_trace
 from traces.synthetic import SyntheticConfig, synthetic_trace
 

@@ -24,7 +24,7 @@ from experiments.bench_peaks import CHUNK_TOKENS, WINDOW_BUCKETS, peak_buckets
 from experiments.run import main
 from experiments.vllm_bench import BenchOptions, write_bench
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
+from sim.cluster.spec import ClusterSpec, build_executors
 from traces.synthetic import SyntheticConfig, synthetic_trace
 
 YEAR_S = 365.25 * 86400  # seconds per Julian year

@@ -1,6 +1,6 @@
 """Bad input to the calibrate-then-predict workflow (issue 26): every new flag and key refuses a
 bad value naming it, and a file of the wrong kind is named as what it is, with what was expected
-(sim/file_kinds.py).
+(sim/util/file_kinds.py).
 
 Before: a `bench_calibrate` output passed as `cluster.cost_model: {calibration: FILE}` failed
 with "calibration file FILE has no 'model' section", and a benchmark result given anywhere else
@@ -18,11 +18,11 @@ import pytest
 
 from experiments.bench_synth import main as synth_main
 from experiments.run import main as run_main
-from sim.cluster import ClusterSpec, build_executors
-from sim.errors import ConfigError, TraceError
-from sim.frontend_run import cluster_frontend_s
-from sim.gpu_file import resolve_gpu
-from sim.models import resolve_model
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.util.errors import ConfigError, TraceError
+from sim.cluster.frontend_run import cluster_frontend_s
+from sim.hardware.gpu_file import resolve_gpu
+from sim.models.catalog import resolve_model
 from traces.bench_results import read_bench_result
 from traces.registry import load_trace
 

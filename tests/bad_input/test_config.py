@@ -16,9 +16,9 @@ from experiments.config_load import apply_overrides, load_config, load_yaml_file
 from experiments.run import main
 from experiments.yaml_strict import MAX_NODES, load_yaml
 from policies.registry import get_policy, make_config, policy_names
-from sim.cluster import ClusterSpec
-from sim.errors import ConfigError
-from sim.field_types import type_error
+from sim.cluster.spec import ClusterSpec
+from sim.util.errors import ConfigError
+from sim.util.field_types import type_error
 
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
 BASE = {

@@ -14,8 +14,8 @@ import yaml
 from experiments import run
 from experiments.checks import check_cluster
 from experiments.config import experiment_from_dict
-from sim.cluster import ClusterSpec
-from sim.errors import ConfigError
+from sim.cluster.spec import ClusterSpec
+from sim.util.errors import ConfigError
 
 CLUSTER = {"model": "llama-2-7b", "gpu": "A100-80GB", "num_instances": 2}
 BASE = {"workload": {"synthetic": {"num_requests": 10}}, "cluster": CLUSTER,

@@ -16,7 +16,7 @@ from experiments.checks import check_cluster
 from experiments.config import experiment_from_dict
 from experiments.config_load import load_config
 from experiments.validate import load_validation_config
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
 BASE = {"name": "gaps", "workload": {"synthetic": {"num_requests": 5}},

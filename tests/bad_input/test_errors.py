@@ -8,8 +8,8 @@ import pickle
 import pytest
 
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
-from sim.errors import ConfigError, TraceError
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.util.errors import ConfigError, TraceError
 from tests.factories import make_trace
 
 

@@ -18,8 +18,8 @@ from packaging.requirements import Requirement
 from experiments.resume import file_digest, referenced_files
 from sim.compiled import (ENV, MANIFEST, MARKER, MARKER_TEXT, CompiledBuildError, check_build,
                           interpreter_tag, source_hash)
-from sim.errors import ConfigError
-from sim.models import get_model, model_config_file, model_from_config_dict, resolve_model
+from sim.util.errors import ConfigError
+from sim.models.catalog import get_model, model_config_file, model_from_config_dict, resolve_model
 from tests.factories import finishes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,7 +180,7 @@ def test_a_planted_source_module_never_runs_under_servesim_compiled(tmp_path):
     marker = tmp_path / "ran"
     (build / "sim" / "metrics.py").write_text(f"open({str(marker)!r}, 'w')\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), **{ENV: str(build)})
-    out = subprocess.run([sys.executable, "-c", "import sim.metrics"], env=env, cwd=tmp_path,
+    out = subprocess.run([sys.executable, "-c", "import sim.metrics.summary"], env=env, cwd=tmp_path,
                          capture_output=True, text=True)
     assert out.returncode != 0 and not marker.exists()
     assert "CompiledBuildError" in out.stderr and "metrics.py is not listed" in out.stderr

@@ -20,12 +20,12 @@ import yaml
 
 from policies.disagg_config import DisaggConfig
 from policies.simulate import simulate
-from sim.cluster import ClusterSpec, build_executors
-from sim.errors import ConfigError
-from sim.executor import Step, StepResult, StepTimeError
-from sim.gpu_file import read_gpu_file
-from sim.kv_transfer import Link, MeasuredLink
-from sim.overhead import SchedulingOverhead
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.util.errors import ConfigError
+from sim.core.executor import Step, StepResult, StepTimeError
+from sim.hardware.gpu_file import read_gpu_file
+from sim.memory.kv_transfer import Link, MeasuredLink
+from sim.cost.overhead import SchedulingOverhead
 from tests.factories import LinearExecutor, make_trace
 
 GPU = {"name": "bounded", "memory_gib": 80, "hbm_bandwidth_gbps": 3350,

@@ -18,7 +18,7 @@ from experiments.outdir import check_dir_name, prepare_out_dir, run_dir
 from experiments.resume import RESULT_SCHEMA_VERSION
 from experiments.run import load_config
 from experiments.sweep import check_finished, expand, run_hash
-from sim.errors import ConfigError
+from sim.util.errors import ConfigError
 
 TRACE = pd.DataFrame({"arrival_s": [0.0, 0.3, 0.6, 1.0, 1.5, 2.0],
                       "prompt_tokens": [10, 20, 30, 40, 50, 60],

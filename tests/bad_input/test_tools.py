@@ -22,9 +22,9 @@ import pytest
 from experiments.bench_calibrate import main as calibrate_main
 from experiments.fidelity_e2e import main as fidelity_main
 from experiments.fidelity_e2e import read_perf_rows
-from sim.bench_fit import fit_bench
-from sim.bench_replay import check_trace, usable_rows
-from sim.errors import ConfigError
+from sim.fit.bench_fit import fit_bench
+from sim.fit.bench_replay import check_trace, usable_rows
+from sim.util.errors import ConfigError
 from tests.test_fidelity_bench import CLUSTER, KNOWN, VLLM, two_runs
 from tests.test_fidelity_e2e import perf_table
 

@@ -20,7 +20,7 @@ from experiments import run
 from experiments.config import experiment_from_dict
 from experiments.sweep import preload
 from policies.simulate import simulate
-from sim.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError
 from tests.factories import LinearExecutor, make_trace
 from traces.registry import load_trace
 from traces.schema import UnsortedTraceWarning, validate_trace

@@ -17,7 +17,7 @@ from experiments.run import load_config
 from experiments.sweep import expand, run_identity
 from experiments.workload import load_base_trace, trace_path
 from policies.simulate import simulate
-from sim.errors import TraceError
+from sim.util.errors import TraceError
 from tests.factories import LinearExecutor, finishes, make_trace
 from traces.mapping import TimestampFormat, TraceMapping, load_mapped
 from traces.registry import load_trace

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.block_counter import CountingBlockManager, make_block_manager
-from sim.block_manager import BlockManager, OutOfBlocks
+from sim.memory.block_counter import CountingBlockManager, make_block_manager
+from sim.memory.block_manager import BlockManager, OutOfBlocks
 
 OPS = st.lists(st.tuples(st.sampled_from(["allocate", "append", "free", "trim", "append_all"]),
                          st.integers(0, 5), st.integers(0, 70)), max_size=60)

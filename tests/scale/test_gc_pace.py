@@ -3,7 +3,7 @@ collector."""
 
 import gc
 
-from sim.gc_pace import RUN_THRESHOLDS, paced_gc
+from sim.engine.gc_pace import RUN_THRESHOLDS, paced_gc
 
 
 def test_thresholds_raised_inside_and_restored_after() -> None:

@@ -7,8 +7,8 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sim.recorder as recorder_module
-from sim.recorder import STEP_COLUMNS, GapLog, Recorder
+import sim.records.recorder as recorder_module
+from sim.records.recorder import STEP_COLUMNS, GapLog, Recorder
 
 ADD = st.one_of(
     st.tuples(st.floats(0, 5), st.just(1)),

@@ -1,4 +1,4 @@
-"""Spilled step logs (sim/step_store.py) give the same frame, and the same parquet bytes, as
+"""Spilled step logs (sim/records/step_store.py) give the same frame, and the same parquet bytes, as
 keeping every row; a run that streams its steps to a file gives the same steps back."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sim.recorder as recorder_module
-import sim.step_store as step_store
-from sim.recorder import STEP_COLUMNS, StepLog
+import sim.records.recorder as recorder_module
+import sim.records.step_store as step_store
+from sim.records.recorder import STEP_COLUMNS, StepLog
 
 VALUE = st.one_of(st.integers(0, 9), st.floats(0, 5))  # int and float chunks in one column
 
@@ -58,7 +58,7 @@ def test_spilled_log_is_exact(tmp_path_factory, rows: list, fold: int, spill: in
 def test_streamed_steps_read_back(tmp_path: Path) -> None:
     """`simulate(..., steps_path=...)` writes the steps file the in-memory frame would."""
     from policies.simulate import simulate
-    from sim.cluster import ClusterSpec, build_executors
+    from sim.cluster.spec import ClusterSpec, build_executors
 
     rng = np.random.default_rng(0)
     trace = pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(0.2, 300)),

@@ -8,16 +8,16 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sim.gap_stats as gap_stats
-import sim.recorder as recorder_module
+import sim.records.gap_stats as gap_stats
+import sim.records.recorder as recorder_module
 from policies.registry import policy_factory
-from sim.engine import Simulation
-from sim.metrics import ITL_PERCENTILES, itl_summary, request_records
-from sim.record_log import RecordLog, compact
-from sim.recorder import GapLog, Recorder
-from sim.trace_rows import requests_from_trace
-from sim.request_source import TraceRequests
-from sim.simulate import run_simulation
+from sim.engine.simulation import Simulation
+from sim.metrics.summary import ITL_PERCENTILES, itl_summary, request_records
+from sim.records.record_log import RecordLog, compact
+from sim.records.recorder import GapLog, Recorder
+from sim.engine.trace_rows import requests_from_trace
+from sim.engine.request_source import TraceRequests
+from sim.engine.simulate import run_simulation
 from tests.factories import LinearExecutor
 
 GAPS = st.lists(st.tuples(st.lists(st.sampled_from([0.0, 0.01, 0.02, 0.025, 0.1, 1.5]),
@@ -98,7 +98,7 @@ def test_lazy_requests_equal_built_ones() -> None:
 
 
 def test_streamed_records_equal_records_of_kept_requests(monkeypatch) -> None:
-    import sim.record_log as record_log
+    import sim.records.record_log as record_log
     monkeypatch.setattr(record_log, "FOLD", 7)  # many chunks, finished out of order
     trace = _trace(300)
     for name, params in (("vllm_v0", {"max_num_seqs": 8}), ("sarathi", {"max_num_seqs": 8}),
@@ -107,7 +107,7 @@ def test_streamed_records_equal_records_of_kept_requests(monkeypatch) -> None:
                                   [LinearExecutor(capacity=3000)]).records
         requests = requests_from_trace(trace)
         recorder = Recorder()
-        from sim.executor import InstanceInfo
+        from sim.core.executor import InstanceInfo
         policy = policy_factory(name, params, 0)([InstanceInfo(0, 3000, "linear", False)],
                                                  recorder)
         Simulation(requests, policy, [LinearExecutor(capacity=3000)], recorder,
@@ -116,7 +116,7 @@ def test_streamed_records_equal_records_of_kept_requests(monkeypatch) -> None:
 
 
 def test_record_log_fold_order(monkeypatch) -> None:
-    import sim.record_log as record_log
+    import sim.records.record_log as record_log
     monkeypatch.setattr(record_log, "FOLD", 2)
     requests = requests_from_trace(_trace(9))
     log = RecordLog()

@@ -1,0 +1,125 @@
+"""One simulation run from plain inputs: a trace, executors, and a policy factory.
+
+`run_simulation` takes a `sim.engine.policy.PolicyFactory`, so sim/ needs nothing from policies/;
+`policies.simulate.simulate(trace, "vllm", params, executors)` resolves a policy name into one.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+from sim.engine.admission import AdmissionConfig, AdmissionControl
+from sim.metrics.class_metrics import class_summary
+from sim.engine.simulation import Simulation
+from sim.core.executor import Executor, info_of
+from sim.cost.frontend import add_frontend
+from sim.metrics.host_timing import host_summary
+from sim.records.instance_stats import InstanceStats
+from sim.engine.limits import resolve_max_model_len
+from sim.metrics.summary import instance_frame, records_frame, summarize
+from sim.cost.overhead import SchedulingOverhead
+from sim.engine.policy import PolicyFactory
+from sim.records.record_log import RecordLog
+from sim.records.recorder import Recorder
+from sim.engine.request_source import TraceRequests
+
+
+@dataclass
+class RunResult:
+    """Everything a run produced: flat per-request and per-step records plus a summary.
+
+    `steps` is a DataFrame, or the path of the run's steps parquet file when the run streamed
+    its steps there (`run_simulation(steps_path=...)`): the attribute then reads the file back
+    on demand, and `write_steps` / `num_steps` use the file without reading it."""
+
+    records: pd.DataFrame  # one row per request (sim.metrics.summary.RECORD_COLUMNS and latencies)
+    _steps: pd.DataFrame | Path  # one row per executed Step (sim.records.recorder.STEP_COLUMNS)
+    instances: pd.DataFrame  # one row per instance
+    events: pd.DataFrame  # scheduler events (OOM, preemption, retraining...)
+    summary: dict[str, float]  # run-level metrics (simulated: the same on every run)
+    host_timing: dict[str, Any] = field(default_factory=dict)  # measured host seconds
+    # (sim.metrics.host_timing.host_summary): not a simulated result, it differs run to run
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """One row per executed Step (read back from its parquet file when streamed)."""
+        if isinstance(self._steps, pd.DataFrame):
+            return self._steps
+        return pd.read_parquet(self._steps)
+
+    @property
+    def steps_path(self) -> Path | None:
+        """The steps parquet file the run streamed its steps to, if it did."""
+        return None if isinstance(self._steps, pd.DataFrame) else Path(self._steps)
+
+    @property
+    def num_steps(self) -> int:
+        """Rows of `steps`."""
+        if isinstance(self._steps, pd.DataFrame):
+            return len(self._steps)
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(self._steps).metadata.num_rows
+
+    def write_steps(self, path: Path | str) -> None:
+        """`steps.to_parquet(path, index=False)`; a streamed file is moved there as it is."""
+        if isinstance(self._steps, pd.DataFrame):
+            self._steps.to_parquet(path, index=False)
+        else:
+            shutil.move(self._steps, path)
+            self._steps = Path(path)
+
+
+def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
+                   executors: Sequence[Executor], *,
+                   on_done: Callable[[int], None] | None = None,
+                   overhead: SchedulingOverhead | None = None,
+                   max_model_len: int | None = None,
+                   max_concurrency: int | None = None,
+                   steps_path: Path | str | None = None,
+                   admission: AdmissionConfig | None = None,
+                   frontend_s: float = 0.0) -> RunResult:
+    """Replay `trace` through the policy `make_policy` builds, on one executor per instance,
+    with the scheduler CPU time `overhead` models (sim.cost.overhead) before each iteration, if
+    given. Prompts longer than `max_model_len` (default: the model's context) are rejected and
+    outputs cut where prompt + output reach it (sim/engine/limits.py). With `max_concurrency` N at
+    most N requests are in the system at once (closed loop, sim/engine/simulation.py). With `steps_path`
+    the steps go to that parquet file as the run ends (written from the spilled step log one row
+    group at a time, never as one frame) and the result reads them back only when asked. With
+    `admission` arrivals over its limits are rejected (sim/engine/admission.py); a trace with request
+    classes adds their columns to the records and per-class keys to the summary
+    (docs/classes.md). `frontend_s` seconds of a serving frontend's latency are added to each
+    request's TTFT and latency (sim/cost/frontend.py)."""
+    limit = resolve_max_model_len(executors, max_model_len)
+    requests = TraceRequests(trace)  # built as they arrive, dropped when final
+    recorder = Recorder(records=RecordLog(requests.columns["class_columns"]))
+    infos = [info_of(ex, i) for i, ex in enumerate(executors)]
+    policy = make_policy(infos, recorder)
+    stats: list[InstanceStats] = Simulation(requests, policy, executors, recorder,
+                                            on_done=on_done, overhead=overhead,
+                                            max_model_len=limit,
+                                            max_concurrency=max_concurrency,
+                                            admission=None if admission is None
+                                            else AdmissionControl(admission)).run()
+    steps: pd.DataFrame | Path
+    if steps_path is not None:  # written before the records frame exists: lower peak memory
+        try:
+            recorder.step_log.write_parquet(steps_path)
+            steps = Path(steps_path)
+        except OSError:  # a full disk: keep the frame; the caller's own write names the error
+            Path(steps_path).unlink(missing_ok=True)
+            steps_path = None
+    records = add_frontend(records_frame(recorder.records.columns()), frontend_s)
+    summary = summarize(records, recorder, stats)
+    summary.update(class_summary(records, summary["duration_s"]))
+    if steps_path is None:
+        steps = recorder.steps_frame()
+    recorder.step_log.close()  # its folded columns are in `steps` now: free them
+    settings = [policy.instance_settings(s.instance_id) for s in stats]
+    return RunResult(records, steps, instance_frame(stats, summary["duration_s"], settings),
+                     recorder.events_frame(), summary, host_summary(stats))
