@@ -29,8 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.util.errors import ConfigError, check_positive  # noqa: E402
 from sim.core.executor import Step  # noqa: E402
+from sim.util.errors import ConfigError, check_positive  # noqa: E402
 
 
 MIXED_CHUNK = 64  # tokens: the prefill chunk of the mixed-step rows

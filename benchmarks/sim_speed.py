@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.cluster.spec import ClusterSpec, build_executors  # noqa: E402
 from policies.simulate import simulate  # noqa: E402
+from sim.cluster.spec import ClusterSpec, build_executors  # noqa: E402
 from sim.util.errors import ConfigError, TraceError  # noqa: E402
 from traces.paths import default_data_dir  # noqa: E402
 from traces.registry import load_trace, shared_trace_path  # noqa: E402

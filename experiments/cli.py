@@ -41,11 +41,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "--random-output-len 128 --random-range-ratio 0.5 --num-prompts 500 --request-rate inf",
         "servesim run CONFIG --strict          # exit 1 if any request is rejected",
         "servesim run --calibration cal.json --workload bench.json   # a benchmark's requests")),
-    "capacity": Subcommand("experiments.capacity",
+    "capacity": Subcommand("experiments.capacity.main",
                            "search each policy's highest rate meeting the config's slo:", (
         "servesim capacity experiments/configs/quickstart.yaml",
         "servesim capacity CONFIG --min-rate 1 --max-rate 64 --rel-tol 0.05")),
-    "plot": Subcommand("experiments.plot", "draw a sweep's figures (vs rate, latency CDFs)", (
+    "plot": Subcommand("experiments.report.plot", "draw a sweep's figures (vs rate, latency CDFs)", (
         "servesim plot results/quickstart",
         "servesim plot results/azure_conv_sweep --rate 3 --formats png")),
     "figures": Subcommand("experiments.figures",
@@ -53,7 +53,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "servesim figures --list",
         "servesim figures magnus --jobs 2          # results/magnus, then docs/figures/magnus_*",
         "servesim figures overhead speculative --draw-only --out /tmp/figures")),
-    "validate": Subcommand("experiments.validate",
+    "validate": Subcommand("experiments.validate.main",
                            "compare the calibrated simulator with the real engine", (
         "servesim validate CONFIG --out results/validate",
         "servesim validate CONFIG --calibration calib.json")),
@@ -63,21 +63,21 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                              "compare every policy's metrics with the committed baseline", (
         "servesim regression --jobs 2",
         "servesim regression --update-baselines   # after an intended change")),
-    "fidelity": Subcommand("experiments.fidelity",
+    "fidelity": Subcommand("experiments.fidelity.main",
                            "cost model vs measured timings of a profile folder", (
         "servesim fidelity ../shared/data/profiles",
         "servesim fidelity ../shared/data/profiles --cost-model roofline --gpu A100-80GB")),
-    "fidelity-e2e": Subcommand("experiments.fidelity_e2e",
+    "fidelity-e2e": Subcommand("experiments.fidelity.e2e",
                                "cost model vs measured end-to-end engine step times", (
         "servesim fidelity-e2e perf_model.csv               # splitwise-sim's layout",
         "servesim fidelity-e2e perf_model.csv --set cpu_launch_per_layer_s=5.5e-4 "
         "--model bloom-176b=configs/bloom")),
-    "calibrate": Subcommand("experiments.bench_calibrate",
+    "calibrate": Subcommand("experiments.bench.calibrate",
                             "fit a calibration file to a vllm/sglang benchmark result", (
         "servesim calibrate bench.json --model llama-2-7b --gpu A100-80GB --out cal.json",
         "servesim run --calibration cal.json --workload bench.json      # its own requests",
         "servesim run --calibration cal.json --workload bench.json --request-rate 8")),
-    "bench-calibrate": Subcommand("experiments.bench_calibrate",
+    "bench-calibrate": Subcommand("experiments.bench.calibrate",
                                   "the same as calibrate (its earlier name)", (
         "servesim bench-calibrate result.json --model llama-2-7b --gpu A100-80GB",
         "servesim bench-calibrate r2.json r4.json --model llama-2-7b --gpu A100-80GB "

@@ -1,10 +1,10 @@
 """Run a sweep from a YAML config: every policy x request rate x seed, results written as they land.
 
     python -m experiments.run CONFIG [--set key.path=value ...] [--out DIR] [--list] [--no-progress]
-    python -m experiments.run CONFIG --capacity    (capacity search instead, experiments/capacity.py)
+    python -m experiments.run CONFIG --capacity    (capacity search instead, experiments/capacity/main.py)
     python -m experiments.run CONFIG --backend real (replay on the torch engine, real/)
     python -m experiments.run --workload BENCH.json [--calibration FILE] [CONFIG]
-                                            (a benchmark's own requests, experiments/bench_run.py)
+                                            (a benchmark's own requests, experiments/bench/run.py)
 
 Each run writes OUT/runs/<label>__rate<r>__seed<s>/ (records.parquet, steps.parquet,
 instances.parquet, events.parquet, summary.json, config.json) and rewrites OUT/summary.csv and
@@ -26,29 +26,29 @@ from typing import Any, Iterator, Sequence
 
 from tqdm import tqdm
 
-from experiments.bench_flags import add_bench_flags, bench_overrides
-from experiments.bench_run import add_bench_run_flags, comparison, load_run_config, uses_bench
-from experiments.config import ExperimentConfig
-from experiments.config_load import apply_overrides, load_config  # noqa: F401 (re-exported)
-from experiments.checks import check_cluster  # noqa: F401 (re-exported)
-from experiments.class_report import format_class_table
-from experiments.outdir import (ResultsWriteError, check_dir_name, prepare_out_dir,
+from experiments.bench.flags import add_bench_flags, bench_overrides
+from experiments.bench.run import add_bench_run_flags, comparison, load_run_config, uses_bench
+from experiments.config.experiment import ExperimentConfig
+from experiments.config.load import apply_overrides, load_config  # noqa: F401 (re-exported)
+from experiments.config.preflight import check_cluster  # noqa: F401 (re-exported)
+from experiments.files.outdir import (ResultsWriteError, check_dir_name, prepare_out_dir,
                                 remove_stale, runs_dir, temp_dir)
-from experiments.outlock import locked
-from experiments.report import (bad_fraction, catalogue, format_table, rebuild_summaries,
+from experiments.files.outlock import locked
+from experiments.report.classes import format_class_table
+from experiments.report.results import (bad_fraction, catalogue, format_table, rebuild_summaries,
                                 rejection_warnings, run_line, write_json, write_summaries,
                                 write_text)
-from experiments.steady_report import rule_line as steady_rule_line, steady_warnings
-from experiments.sweep import (RunSpec, check_finished, check_jobs, expand, iter_outputs,
+from experiments.report.steady import rule_line as steady_rule_line, steady_warnings
+from experiments.sweep.runner import (RunSpec, check_finished, check_jobs, expand, iter_outputs,
                                persist, preload, record_failures)
-from experiments.workload import trace_path
+from experiments.sweep.workload import trace_path
 from sim.util.errors import ConfigError, TraceError
 
 
 # ---- the sweep ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Session:
-    """A sweep that holds its results folder (experiments/outlock.py)."""
+    """A sweep that holds its results folder (experiments/files/outlock.py)."""
 
     out_dir: Path  # the resolved results folder, locked by this sweep
     specs: list[RunSpec]  # every run of the config, in order
@@ -195,7 +195,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "its flags, e.g. --steady-tol or --min-rate, pass through)")
     vllm = parser.add_argument_group(
         "vLLM benchmark conventions", "each run also writes bench.json, the JSON of `vllm bench "
-        "serve --save-result` (same keys, latencies in ms; experiments/vllm_bench.py)")
+        "serve --save-result` (same keys, latencies in ms; experiments/bench/vllm_bench.py)")
     vllm.add_argument("--percentile-metrics", default=None, metavar="M,M",
                       help="metrics given mean/median/std/percentile keys: ttft,tpot,itl,e2el "
                       "(default: all four)")
@@ -204,12 +204,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     vllm.add_argument("--goodput", nargs="+", default=None, metavar="KEY:MS",
                       help="SLOs in ms for request_goodput (completed requests meeting all of "
                       "them per second), e.g. --goodput ttft:200 tpot:50 e2el:20000")
-    add_bench_flags(vllm)  # --request-rate, --burstiness, ... (experiments/bench_flags.py)
+    add_bench_flags(vllm)  # --request-rate, --burstiness, ... (experiments/bench/flags.py)
     add_bench_run_flags(parser)  # --workload BENCH.json, --calibration FILE
     args, args.capacity_flags = parser.parse_known_args(argv)
     if args.capacity_flags and not args.capacity:
         parser.error(f"unrecognized arguments: {' '.join(args.capacity_flags)}")
-    from experiments.vllm_bench import parse_options
+    from experiments.bench.vllm_bench import parse_options
     try:
         args.bench = parse_options(args.percentile_metrics, args.metric_percentiles,
                                    args.goodput)
@@ -238,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(catalogue())
         return 0
     if args.capacity:
-        from experiments.capacity import main as capacity_main
+        from experiments.capacity.main import main as capacity_main
         return capacity_main([args.config, *(f"--set={o}" for o in args.overrides),
                               *([f"--out={args.out}"] if args.out else []),
                               *(["--no-progress"] if args.no_progress else []),
@@ -272,7 +272,7 @@ def report(args: argparse.Namespace, cfg: ExperimentConfig, out_dir: Path,
            rows: list[dict]) -> int:
     """Every run's bench.json with this command's options, OUT/table.txt, the table and
     warnings printed; the exit status (1 when a file cannot be written, or by --strict)."""
-    from experiments.vllm_bench import rewrite_bench
+    from experiments.bench.vllm_bench import rewrite_bench
     try:  # every run's bench.json with this command's --percentile-metrics/... (reused too)
         rows = rewrite_bench(out_dir, rows, args.bench)
         if args.bench.goodput:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.util.errors import check_positive
 from sim.core.executor import Step, StepResult
 from sim.core.request import Request
+from sim.util.errors import check_positive
 
 from policies.base import PolicyConfig
 from policies.ccb_padded import PaddedReservation, padded_reservation

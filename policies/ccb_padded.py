@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from sim.util.errors import check_positive
-from sim.core.executor import InstanceInfo
 from sim.cluster.hf_static import HFStaticExecutor, HFStaticMemory
+from sim.core.executor import InstanceInfo
+from sim.util.errors import check_positive
 
 
 @dataclass(frozen=True)

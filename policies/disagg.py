@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.core.executor import Step, StepResult
-from sim.memory.kv_transfer import exposed_seconds
 from sim.core.request import EXCEEDS_KV, Request, RequestStatus
+from sim.memory.kv_transfer import exposed_seconds
 
 from policies.base import Policy
 from policies.disagg_config import DisaggConfig, check_instances, model_of

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo
 from sim.memory.kv_transfer import (TransferLink, check_kv_bytes_per_token, link_preset,
                               read_send_recv)
+from sim.util.errors import ConfigError
 
 from policies.base import PolicyConfig
 

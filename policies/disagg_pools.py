@@ -24,10 +24,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo
-from sim.records.recorder import Recorder
 from sim.core.request import Request
+from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
 
 from policies.kv_tier_config import tier_field, uses_kv_tiers
 from policies.paged import PagedInstance, PagedPolicy

@@ -27,10 +27,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sim.util.errors import ConfigError, check_positive
 from sim.core.executor import InstanceInfo, Step, StepResult
-from sim.records.recorder import Recorder
 from sim.core.request import Request
+from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError, check_positive
 
 from policies.base import Policy, PolicyConfig
 from policies.registry import get_policy, make_config, register_policy

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.util.errors import ConfigError, check_positive
 from sim.core.executor import Step
+from sim.util.errors import ConfigError, check_positive
 
 from policies.base import PolicyConfig
 from policies.registry import register_policy

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo
 from sim.memory.kv_moves import KVMoves
 from sim.memory.kv_tiers import (HOST_DROPPED, HOST_IN, HOST_OUT, REMOTE_DROPPED, REMOTE_IN, REMOTE_OUT,
                           LRUTier, TieredBlockManager)
 from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
 
 from policies.kv_tier_config import gib_blocks, tier_field, uses_kv_tiers
 from policies.paged_instance import PagedInstance

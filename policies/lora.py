@@ -27,10 +27,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo
-from sim.records.recorder import Recorder
 from sim.core.request import Request
+from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
 
 MAX_ADAPTERS = 1_000_000  # adapters; a sanity bound
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from sim.util.errors import check_positive
-from sim.core.executor import Step, StepResult
 from sim.core.emit import emit_batch
+from sim.core.executor import Step, StepResult
 from sim.core.request import EXCEEDS_MAX_TOKENS, Request
+from sim.util.errors import check_positive
 
 from policies.base import Policy, PolicyConfig
 from policies.cancel import cancel_orca

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 
+from sim.core.emit import emit_batch
+from sim.core.executor import InstanceInfo, Step, StepResult
+from sim.core.request import Request
 from sim.memory.block_counter import KVBlocks, make_block_manager
 from sim.util.errors import ConfigError, check_positive
-from sim.core.executor import InstanceInfo, Step, StepResult
-from sim.core.emit import emit_batch
-from sim.core.request import Request
 
 from policies.base import Policy, PolicyConfig
 from policies.kv_tier_config import check_kv_tier_params
@@ -49,8 +49,8 @@ from policies.paged_decode import DecodeBatch, extra_blocks, jump_iterations
 from policies.paged_instance import PagedInstance
 from policies.paged_prefix_jumps import PrefixJumps
 from policies.prefix_caching import PrefixCaching, check_causal_model
-from policies.speculative import build_speculator, check_method, check_speculative
 from policies.routing import InstanceLoad, build_router, check_router
+from policies.speculative import build_speculator, check_method, check_speculative
 from policies.swap import swap_out
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sim.util.errors import ConfigError
 from sim.core.request import Request
+from sim.util.errors import ConfigError
 
 from policies.cancel import cancel_paged
 from policies.priority import check_scheduling, priority_variant

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from sim.core.request import Request
 from sim.memory.block_counter import KVBlocks
 from sim.memory.kv_moves import KVMoves
-from sim.core.request import Request
 
 from policies.lora import LoraSlots
 from policies.swap_space import SwapSpace

@@ -21,11 +21,11 @@ to the offload tiers and found again when it is admitted after a preemption.
 
 from __future__ import annotations
 
+from sim.core.request import Request
 from sim.memory.block_manager import BlockManager
-from sim.util.errors import ConfigError
 from sim.memory.kv_tiers import TieredBlockManager
 from sim.memory.prefix_keys import BlockKey, block_keys
-from sim.core.request import Request
+from sim.util.errors import ConfigError
 
 
 class PrefixCaching:

@@ -26,8 +26,8 @@ import heapq
 import math
 from typing import Any, Callable, Iterator
 
-from sim.util.errors import ConfigError
 from sim.core.request import Request, RequestStatus
+from sim.util.errors import ConfigError
 
 from policies.paged_decode import DecodeBatch
 

@@ -12,10 +12,10 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo
-from sim.util.field_types import check_fields
 from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
+from sim.util.field_types import check_fields
 
 from policies.base import Policy, PolicyConfig, PolicyFactory
 

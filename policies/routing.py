@@ -28,8 +28,8 @@ import bisect
 import hashlib
 from typing import Callable, Protocol, Sequence
 
-from sim.util.errors import ConfigError
 from sim.core.request import Request
+from sim.util.errors import ConfigError
 
 
 class InstanceLoad:

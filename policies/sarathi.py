@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.util.errors import ConfigError, check_positive
 from sim.core.executor import Step
+from sim.util.errors import ConfigError, check_positive
 
 from policies.paged import PagedConfig, PagedPolicy
 from policies.paged_classes import PagedClasses, check_classes_config

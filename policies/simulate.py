@@ -12,9 +12,9 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from policies.registry import policy_factory
-from sim.engine.admission import AdmissionConfig
 from sim.core.executor import Executor
 from sim.cost.overhead import SchedulingOverhead
+from sim.engine.admission import AdmissionConfig
 from sim.engine.simulate import RunResult, run_simulation
 
 __all__ = ["RunResult", "simulate"]

@@ -34,12 +34,12 @@ from typing import Sequence
 
 import numpy as np
 
-from sim.memory.block_manager import BlockManager
-from sim.util.errors import ConfigError
-from sim.core.executor import InstanceInfo
-from sim.records.recorder import Recorder
 from sim.core.emit import emit_together
+from sim.core.executor import InstanceInfo
 from sim.core.request import Request
+from sim.memory.block_manager import BlockManager
+from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
 
 MAX_SPECULATIVE_TOKENS = 64  # tokens; a sanity bound on k
 MAX_TREE_SIZE = 1024  # tokens a Medusa verify row computes at most (Medusa's default: 64)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from sim.core.executor import Step, StepResult
-from sim.records.recorder import Recorder
 from sim.core.request import Request, RequestStatus
+from sim.records.recorder import Recorder
 
 
 def batch_kv_tokens(batch: list[Request]) -> int:

@@ -29,8 +29,8 @@ import dataclasses
 from typing import Any
 
 from sim.core.executor import Step
-from sim.records.recorder import Recorder
 from sim.core.request import Request, RequestStatus
+from sim.records.recorder import Recorder
 
 from policies.paged_instance import PagedInstance
 

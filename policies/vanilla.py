@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from sim.util.errors import ConfigError, check_positive
 from sim.core.executor import Step, StepResult
 from sim.core.request import Request
+from sim.util.errors import ConfigError, check_positive
 
 from policies.base import Policy, PolicyConfig
 from policies.registry import register_policy

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.util.errors import check_positive
 from sim.core.executor import Step
 from sim.core.request import EXCEEDS_BATCH_TOKENS, Request
+from sim.util.errors import check_positive
 
 from policies.paged import PagedConfig, PagedInstance, PagedPolicy
 from policies.paged_classes import PagedClasses, check_classes_config

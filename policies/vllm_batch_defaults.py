@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo
+from sim.util.errors import ConfigError
 
 GIB = 2**30  # bytes
 LARGE_GPU_MIN_BYTES = 70 * GIB  # bytes of device memory from which a non-A100 gets the large defaults

@@ -42,14 +42,14 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from sim.memory.block_manager import BlockKey
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo
+from sim.core.request import Request
+from sim.memory.block_manager import BlockKey
 from sim.memory.kv_moves import KVMoves
 from sim.memory.kv_offload import OffloadStore, OffloadTier
 from sim.memory.kv_tiers import HOST_DROPPED, HOST_IN, HOST_OUT, REMOTE_DROPPED, REMOTE_IN, REMOTE_OUT
 from sim.records.recorder import Recorder
-from sim.core.request import Request
+from sim.util.errors import ConfigError
 
 from policies.kv_tier_config import gib_blocks, uses_kv_tiers
 from policies.kv_tiers import TIER_COLUMNS, kv_size_of, zero

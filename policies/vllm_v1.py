@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from sim.util.errors import ConfigError, check_positive
 from sim.core.executor import InstanceInfo, Step
 from sim.core.request import Request
+from sim.util.errors import ConfigError, check_positive
 
 from policies.kv_tier_config import check_v1_offload, resolve_offloading_size
 from policies.paged import PagedConfig, PagedInstance, PagedPolicy

@@ -12,7 +12,7 @@ shared calibration never runs code). The simulator loads it by name:
 `sim.hardware.gpus` GPU for the roofline's peaks, or `measured` (the default on CPU): the peaks
 measured when profiling. fp32 weights (CPU) are modelled as fp16 bytes; the fitted memory
 efficiency absorbs the factor. `--steps` adds the steps real replays ran (run folders of
-`experiments.validate`, e.g. OUT/runs/orca__real) to the engine model's fit and reports each
+`experiments.validate.main`, e.g. OUT/runs/orca__real) to the engine model's fit and reports each
 step's error from a fit that never saw it (`--folds`). `--scheduling` fits the scheduler's measured host time per step
 (`real/sched_fit.py`) into FILE.json's `scheduling_overhead` section (alone: added to FILE.json).
 """
@@ -28,13 +28,13 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from sim.measured.calibrated import FEATURES
 from sim.cost.cost_model import DeploymentSpec, RooflineCostModel
-from sim.util.errors import ConfigError
 from sim.hardware.gpus import GPUSpec, get_gpu
-from sim.util.jsonfile import read_json_object
+from sim.measured.calibrated import FEATURES
 from sim.measured.learned_trees import FORMAT
 from sim.models.catalog import ModelSpec
+from sim.util.errors import ConfigError
+from sim.util.jsonfile import read_json_object
 
 ROOFLINE_DTYPES = {"fp32": "fp16", "fp16": "fp16", "bf16": "bf16"}  # engine -> roofline dtype
 
@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="calibration JSON to write")
     p.add_argument("--no-learned", action="store_true", help="fit the roofline only")
     p.add_argument("--steps", nargs="+", metavar="RUN_DIR", default=(), help="run folders of "
-                   "real replays (experiments.validate's OUT/runs/<policy>__real): fit the "
+                   "real replays (experiments.validate.main's OUT/runs/<policy>__real): fit the "
                    "engine model on their steps too, and report held-out errors")
     p.add_argument("--folds", type=int, default=5, help="folds of the held-out check over "
                    "--steps (default 5; 0: none)")

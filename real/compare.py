@@ -1,4 +1,4 @@
-"""Errors of a simulated run against a real one (torch-free; used by experiments.validate).
+"""Errors of a simulated run against a real one (torch-free; used by experiments.validate.main).
 
 Three comparisons:
   metrics     TTFT, TPOT and E2E (mean and p99), request and token throughput of the two runs;

@@ -29,16 +29,16 @@ import torch
 from real.attention import AttentionBackend, default_block_size, resolve_backend_name
 from real.attn_backends import make_backend
 from real.cuda_graphs import DecodeGraphs
-from real.mixed_graphs import MixedGraphs
 from real.kv_cache import KVCacheOOM, PagedKVCache
 from real.memory import check_fits, dtype_name, num_kv_blocks, resolve_device, resolve_dtype
+from real.mixed_graphs import MixedGraphs
 from real.runner import ModelRunner
 from real.spec import RealModelConfig, resolve_real_model
 from real.timing import CpuStepTimer, CudaStepTimer, make_timer
 from real.tokens import TokenStore
 from real.weights import build_model
-from sim.cost.engine_shapes import ShapeCache, warmup_step
 from sim.core.executor import InstanceInfo, Step, StepResult
+from sim.cost.engine_shapes import ShapeCache, warmup_step
 
 log = logging.getLogger(__name__)
 

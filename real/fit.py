@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.measured.calibrated import FEATURES, model_inputs
 from sim.cost.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+from sim.measured.calibrated import FEATURES, model_inputs
 from sim.measured.learned_trees import FORMAT, FORMAT_VERSION
 
 # fitted CostModelConfig fields, how each maps to the optimizer's variable, and its bounds

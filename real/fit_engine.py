@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from real.step_log import StepSample
+from sim.core.step_shape import shape_from_sums
 from sim.cost.engine_time import (EngineTimeModel, EngineTimeParams, EngineWork, IterationFeatures,
                              step_iteration_features)
-from sim.core.step_shape import shape_from_sums
 
 # fitted fields, the optimizer's variable for each, and its bounds
 HOST_MS = ("iteration_host_s", "per_seq_host_s", "per_chunk_host_s", "step_host_s",

@@ -13,8 +13,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from sim.util.errors import ConfigError, check_keys, check_positive
 from sim.models.catalog import ModelSpec
+from sim.util.errors import ConfigError, check_keys, check_positive
 
 DTYPES = ("auto", "fp32", "fp16", "bf16")
 ATTENTION_BACKENDS = ("auto", "paged", "sdpa", "torch_varlen", "flash_attn")

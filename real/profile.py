@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from sim.measured.calibrated import FEATURES, step_features
-from sim.cost.engine_time import step_iteration_features
-from sim.util.errors import ConfigError, check_positive
 from sim.core.executor import Step
+from sim.cost.engine_time import step_iteration_features
+from sim.measured.calibrated import FEATURES, step_features
+from sim.util.errors import ConfigError, check_positive
 
 if TYPE_CHECKING:
     from real.executor import TorchExecutor

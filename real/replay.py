@@ -15,16 +15,16 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from policies.prefix_caching import check_prefix_caching_backend
-from sim.metrics.class_metrics import class_summary
-from sim.engine.simulation import Simulation
 from sim.core.executor import Executor, Step, StepResult, info_of
-from sim.metrics.host_timing import host_summary
+from sim.core.request import Request
 from sim.engine.limits import resolve_max_model_len
+from sim.engine.simulate import RunResult
+from sim.engine.simulation import Simulation
+from sim.engine.trace_rows import class_columns, requests_from_trace, trace_columns
+from sim.metrics.class_metrics import class_summary
+from sim.metrics.host_timing import host_summary
 from sim.metrics.summary import instance_frame, request_records, summarize
 from sim.records.recorder import Recorder
-from sim.core.request import Request
-from sim.engine.trace_rows import class_columns, requests_from_trace, trace_columns
-from sim.engine.simulate import RunResult
 
 
 class KVReleasingPolicy:

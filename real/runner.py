@@ -18,8 +18,8 @@ import torch
 
 from real.attention import AttentionBackend, BatchLayout, to_device
 from real.cuda_graphs import DecodeGraphs
-from real.mixed_graphs import Key, MixedGraphs
 from real.kv_cache import PagedKVCache
+from real.mixed_graphs import Key, MixedGraphs
 from real.model import LlamaForCausalLM
 from real.tokens import TokenStore
 

@@ -3,7 +3,7 @@
 The engine loop (`sim.engine.simulation`) times every Step's `policy.next_step` + `policy.update` with
 `time.perf_counter` into the steps table's `policy_host_s` column; a real replay (`python -m
 experiments.run CONFIG --backend real`, `real.replay`) writes it to `runs/<run>/host_timing.parquet`
-(a measurement, kept out of steps.parquet: experiments/host_files.py; a run's steps.parquet given
+(a measurement, kept out of steps.parquet: experiments/files/host_files.py; a run's steps.parquet given
 here is read from the host_timing.parquet beside it, and older runs' steps.parquet still hold the
 column). `fit_scheduling` fits `host = fixed_s + per_request_s * num_seqs` by least squares; `python
 -m real.calibrate --scheduling STEPS.parquet ... --out FILE.json` stores the result as FILE.json's

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from sim.util.errors import ConfigError
 from sim.models.catalog import ModelSpec
+from sim.util.errors import ConfigError
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}  # bytes per element of each engine dtype
 GIB = float(2**30)  # bytes per GiB, for messages

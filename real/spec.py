@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from sim.models.catalog import ModelSpec, get_model, model_from_config_dict
 from sim.util.errors import ConfigError, check_positive
 from sim.util.jsonfile import read_json_object
-from sim.models.catalog import ModelSpec, get_model, model_from_config_dict
 
 TINY_CONFIG = Path(__file__).resolve().parent / "models" / "tiny" / "config.json"
 ROPE_TYPES = ("default", "linear", "llama3")

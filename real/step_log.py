@@ -22,9 +22,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from sim.core.executor import Step, StepResult
 from sim.cost.engine_shapes import ShapeCache
 from sim.util.errors import ConfigError
-from sim.core.executor import Step, StepResult
 
 ENGINE_STEPS = "engine_steps.parquet"
 
@@ -137,7 +137,7 @@ def reconstruct_run(run_dir: Path, kv_capacity_tokens: int, max_model_len: int,
 def run_samples(run_dirs: Sequence[Path], kv_capacity_tokens: int, max_model_len: int,
                 granularity: int, warmup_iterations: int = 2) -> list[StepSample]:
     """Every Step of the runs, in order. Runs without engine_steps.parquet are reconstructed
-    and taken as one engine process in the order given (as experiments.validate runs its
+    and taken as one engine process in the order given (as experiments.validate.main runs its
     policies on one engine), after the engine's warm-up, to count first-run shapes."""
     cache = ShapeCache.after_warmup(granularity, kv_capacity_tokens, warmup_iterations)
     out: list[StepSample] = []

@@ -15,11 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.models.builtin_models import ALIASES  # noqa: E402
 from sim.cost.cost_model import DeploymentSpec  # noqa: E402
-from sim.util.errors import ConfigError  # noqa: E402
 from sim.hardware.gpus import get_gpu  # noqa: E402
+from sim.models.builtin_models import ALIASES  # noqa: E402
 from sim.models.catalog import MODELS, ModelSpec  # noqa: E402
+from sim.util.errors import ConfigError  # noqa: E402
 
 HEADER = ("| name | also | params (B) | layers | heads / KV x dim | context (tokens) "
           "| KV / token fp16 (KiB) | H100-80GB: TP, KV tokens |")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cost.attention_kernels import ATTENTION_FIELDS, FLASH_ATTENTION_A100
 from sim.cluster.spec import ClusterSpec, build_executors
+from sim.cost.attention_kernels import ATTENTION_FIELDS, FLASH_ATTENTION_A100
 from sim.util.errors import ConfigError
 
 

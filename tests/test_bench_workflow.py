@@ -2,7 +2,7 @@
 writes a calibration file that `cluster.cost_model: {calibration: FILE}` takes as it is, and
 `servesim run --calibration FILE --workload BENCH.json` replays the benchmark's own requests.
 
-The benchmark is synthetic (experiments/bench_synth.py): the simulator itself with GEMMs and
+The benchmark is synthetic (experiments/bench/synth.py): the simulator itself with GEMMs and
 decode attention slower than the calibrated model knows, host work of its own, and a frontend
 latency that grows with the prompt and jitters per request, none of which the fit can represent
 exactly. It shows the workflow and what its terms can absorb, not accuracy on a real server.
@@ -18,14 +18,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from experiments.bench_synth import synth_result
+from experiments.bench.synth import synth_result
 from experiments.cli import main as servesim
 from policies.registry import policy_factory
-from sim.fit.bench_fit import fit_bench
-from sim.fit.bench_metrics import error_table, measured_table, simulated_table
 from sim.cluster.spec import ClusterSpec, build_executors
 from sim.cost.frontend import add_frontend
 from sim.engine.simulate import run_simulation
+from sim.fit.bench_fit import fit_bench
+from sim.fit.bench_metrics import error_table, measured_table, simulated_table
 from traces.bench_results import read_bench_result
 from traces.registry import infer_format, load_trace
 

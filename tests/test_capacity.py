@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.capacity import SearchConfig, main as capacity_main, search_capacity
-from experiments.capacity_table import result_line
+from experiments.capacity.main import SearchConfig, main as capacity_main, search_capacity
+from experiments.capacity.table import result_line
 from experiments.run import load_config, main as run_main
-from sim.util.errors import ConfigError
 from sim.metrics.slo import SLO, good_requests, meets_slo, slo_summary, slo_violations
+from sim.util.errors import ConfigError
 
 
 # ---- SLO and goodput -------------------------------------------------------------------------

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.capacity import CapacityExperiment, main as capacity_main
-from experiments.capacity_probe import ProbeSettings, probe
-from experiments.config import experiment_from_dict
-from experiments.probe_length import ProbeRule
+from experiments.capacity.main import CapacityExperiment, main as capacity_main
+from experiments.capacity.probe import ProbeSettings, probe
+from experiments.capacity.probe_length import ProbeRule
+from experiments.config.experiment import experiment_from_dict
 from sim.metrics.steady import SteadyRule
 
 MIX = {"name": "mix",
@@ -87,7 +87,7 @@ def test_a_class_slo_the_search_cannot_check_is_refused(tmp_path, capsys, raw, f
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     assert capacity_main([str(path), "--out", str(tmp_path / "bad"), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    # the workload checks name the class (experiments/workload_checks.py) before the search's
+    # the workload checks name the class (experiments/config/workload_checks.py) before the search's
     # own check would name its slo: either way the field, and never a silent capacity
     assert f"error: {field.removesuffix('.slo')}" in err
     assert "would be ignored" in err or "cannot check this SLO" in err

@@ -10,14 +10,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.capacity import load_capacity_config, main as capacity_main
-from experiments.capacity_search import RateSearch, SearchConfig, search_capacity
-from experiments.config_load import load_config
-from experiments.executors import build_executors
+from experiments.capacity.bisect import RateSearch, SearchConfig, search_capacity
+from experiments.capacity.main import load_capacity_config, main as capacity_main
+from experiments.config.backend import build_executors
+from experiments.config.load import load_config
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec
-from sim.util.errors import ConfigError
 from sim.metrics.slo import SLO, good_requests, meets_slo, slo_summary
+from sim.util.errors import ConfigError
 
 TINY = {
     "name": "tiny_slo",

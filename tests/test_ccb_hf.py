@@ -15,8 +15,8 @@ from policies.registry import build_policy
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
 from sim.core.executor import Step
-from sim.records.recorder import Recorder
 from sim.core.request import Request, RequestStatus
+from sim.records.recorder import Recorder
 from tests.test_engine import OneIterationExecutor
 from tests.test_magnus_hf_static import chatglm_v100
 
@@ -140,9 +140,9 @@ def test_ccb_on_hf_is_slower_than_ccb_paged_on_the_same_workload():
 
 
 def test_breakdown_splits_the_busy_time(tmp_path):
-    """experiments.magnus_ccb_breakdown: the parts add up to the run's busy time, joins and the
+    """experiments.papers.magnus_ccb_breakdown: the parts add up to the run's busy time, joins and the
     padding of decode reads are counted, and a static policy has only static prefills."""
-    from experiments.magnus_ccb_breakdown import run_breakdown
+    from experiments.papers.magnus_ccb_breakdown import run_breakdown
 
     config = tmp_path / "tiny.yaml"
     config.write_text(

@@ -4,7 +4,7 @@ and per class; every rejection carries its reason code, detail and event."""
 import numpy as np
 import pytest
 
-from experiments.classes_config import admission_from_dict
+from experiments.config.classes import admission_from_dict
 from policies.simulate import simulate
 from sim.engine.admission import AdmissionConfig, AdmissionLimits
 from sim.util.errors import ConfigError
@@ -98,7 +98,7 @@ def test_bad_admission_settings_name_the_field(raw, field):
 
 
 def test_admission_in_an_experiment_config():
-    from experiments.config import experiment_from_dict
+    from experiments.config.experiment import experiment_from_dict
 
     raw = {"workload": {"synthetic": {"num_requests": 10}}, "cluster": {"model": "llama-2-7b",
            "gpu": "A100-80GB"}, "request_rates": [1],

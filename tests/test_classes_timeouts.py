@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 
 from policies.registry import build_policy
 from policies.simulate import simulate
-from sim.engine.simulation import Simulation
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo
+from sim.engine.simulation import Simulation
+from sim.engine.trace_rows import requests_from_trace
 from sim.metrics.summary import request_records
 from sim.records.recorder import Recorder
-from sim.engine.trace_rows import requests_from_trace
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, make_trace, random_trace, with_block_ids
 from tests.test_engine import OneIterationExecutor
 from tests.test_properties import check_invariants

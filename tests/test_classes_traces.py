@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.class_report import format_class_table
-from experiments.classes_config import ClassSpec, apply_classes, classes_from_dict
-from experiments.config import experiment_from_dict
+from experiments.config.classes import ClassSpec, apply_classes, classes_from_dict
+from experiments.config.experiment import experiment_from_dict
+from experiments.config.workload import clients_from_dict
+from experiments.report.classes import format_class_table
 from experiments.run import run_sweep
-from experiments.workload_config import clients_from_dict
 from policies.simulate import simulate
-from sim.util.errors import ConfigError, TraceError
 from sim.metrics.slo import SLO
+from sim.util.errors import ConfigError, TraceError
 from traces.clients import multi_client_trace
 from traces.mapping import TraceMapping, load_mapped
 from traces.paths import shared_trace_path

@@ -38,6 +38,6 @@ def test_unknown_or_missing_subcommand_is_status_2(capsys):
 
 def test_arguments_are_forwarded_unchanged(monkeypatch):
     seen = []
-    monkeypatch.setattr("experiments.plot.main", lambda argv: seen.append(argv) or 0)
+    monkeypatch.setattr("experiments.report.plot.main", lambda argv: seen.append(argv) or 0)
     assert cli.main(["plot", "results/x", "--rate", "3"]) == 0
     assert seen == [["results/x", "--rate", "3"]]

@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.cluster.cost_executor import CostModelExecutor
-from sim.cost.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
-from sim.util.errors import ConfigError
 from sim.core.executor import Executor, Step
+from sim.cost.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
 from sim.hardware.gpus import get_gpu
 from sim.models.catalog import get_model
+from sim.util.errors import ConfigError
 
 A100 = get_gpu("A100-80GB")
 LLAMA7B = get_model("llama-2-7b")

@@ -8,8 +8,8 @@ import pytest
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
 from sim.cost.cost_model import RooflineCostModel
-from sim.util.errors import ConfigError
 from sim.cost.stage_model import StageCostModel
+from sim.util.errors import ConfigError
 from tests.factories import make_trace
 from traces.paths import default_data_dir
 

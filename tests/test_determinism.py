@@ -1,5 +1,5 @@
 """Two runs of one config write the same files, byte for byte, except the host-timing files
-(experiments/host_files.py HOST_FILES), which hold everything measured on the wall clock."""
+(experiments/files/host_files.py HOST_FILES), which hold everything measured on the wall clock."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from experiments import run
-from experiments.host_files import HOST_FILES, write_step_tables
+from experiments.files.host_files import HOST_FILES, write_step_tables
 from real.sched_fit import read_steps
-from sim.util.errors import ConfigError
 from sim.metrics.host_timing import HOST_STEP_COLUMNS, RESULT_STEP_COLUMNS
+from sim.util.errors import ConfigError
 
 CONFIG = {
     "name": "determinism",
@@ -118,7 +118,7 @@ def test_streamed_and_in_memory_steps_are_split_into_the_same_bytes(tmp_path):
 
 def test_columns_are_copied_one_row_group_at_a_time(tmp_path, monkeypatch):
     import sim.records.step_store
-    from experiments.host_files import copy_columns
+    from experiments.files.host_files import copy_columns
 
     frame = orca_run(tmp_path, False).steps
     monkeypatch.setattr(sim.records.step_store, "ROW_GROUP", 16)  # a source of many row groups

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.capacity import SearchConfig
+from experiments.capacity.main import SearchConfig
 from experiments.figures.policy_scenarios import CHUNKED, DYNAMIC, PAGED, QUANT_SEQ, quantized_run
 
 N = 200  # requests per simulated run

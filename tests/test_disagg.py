@@ -9,11 +9,11 @@ import pytest
 from policies.disagg import DisaggPolicy
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
-from sim.engine.simulate import run_simulation
-from sim.util.errors import ConfigError
 from sim.core.executor import Step, StepResult
+from sim.engine.simulate import run_simulation
 from sim.memory.kv_transfer import (GB, GBIT, LINKS, Link, exposed_seconds, link_preset, measured_link,
                              read_send_recv)
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, make_trace
 
 KV_BPT = 1e5  # bytes per token in tests with linear executors

@@ -7,8 +7,8 @@ import pytest
 
 from policies.djl import DjlConfig, engine_params
 from policies.simulate import simulate
-from sim.util.errors import ConfigError
 from sim.core.request import Request
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, random_trace
 from tests.test_policy_vllm import make_policy
 

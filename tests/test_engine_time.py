@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.measured.calibrated import load_calibrated_executor
+from sim.core.executor import Step
 from sim.cost.engine_shapes import ShapeCache, iteration_shapes, warmup_step
 from sim.cost.engine_time import (EngineTimeModel, EngineTimeParams, EngineWork,
                              step_iteration_features)
-from sim.util.errors import ConfigError
-from sim.core.executor import Step
 from sim.hardware.gpus import get_gpu
+from sim.measured.calibrated import load_calibrated_executor
 from sim.models.catalog import get_model
+from sim.util.errors import ConfigError
 
 WORK = EngineWork.of(get_model("llama-2-7b"), get_gpu("H100-80GB"), "bf16")
 

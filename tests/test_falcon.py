@@ -12,9 +12,9 @@ import pytest
 
 from sim.cluster.spec import ClusterSpec, build_executors
 from sim.cost.cost_model import DeploymentSpec
-from sim.util.errors import ConfigError
 from sim.hardware.gpus import get_gpu
 from sim.models.catalog import get_model, model_from_config_dict, model_from_hf_config
+from sim.util.errors import ConfigError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -115,7 +115,7 @@ def test_a_short_simulation_runs_on_falcon_40b():
 
 
 def test_the_djl_falcon_40b_sweep_config_loads_on_djls_deployment():
-    from experiments.config_load import load_config
+    from experiments.config.load import load_config
 
     root = Path(__file__).resolve().parents[1]
     cfg = load_config(root / "experiments" / "configs" / "rolling_batch_falcon40b.yaml")

@@ -1,5 +1,5 @@
 """Calibration from a serving benchmark's detailed result (traces/bench_results.py,
-sim/fit/bench_replay.py, sim/fit/bench_fit.py, experiments/bench_calibrate.py).
+sim/fit/bench_replay.py, sim/fit/bench_fit.py, experiments/bench/calibrate.py).
 
 Result files are generated here with KNOWN cost-model overheads: the requests are simulated
 with them and written in vLLM's (`vllm bench serve --save-result --save-detailed`) or SGLang's
@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.bench_calibrate import main as calibrate_main
+from experiments.bench.calibrate import main as calibrate_main
 from policies.registry import policy_factory
+from sim.cluster.spec import ClusterSpec, build_executors
 from sim.fit.bench_fit import FIT_PARAMS, fit_bench
 from sim.fit.bench_replay import error_stats, replay
-from sim.cluster.spec import ClusterSpec, build_executors
 from sim.util.errors import ConfigError, TraceError
 from traces.bench_results import (concurrency_replay, parse_bench_result, read_bench_result,
                                   send_schedule)

@@ -1,5 +1,5 @@
 """Calibrating the STAGE model's host terms from a serving benchmark (sim/fit/bench_fit.py with
-`cluster.cost_model: {kind: stage}`, experiments/bench_calibrate.py --cost-model stage).
+`cluster.cost_model: {kind: stage}`, experiments/bench/calibrate.py --cost-model stage).
 
 Result files are generated with KNOWN cpu_step_s / cpu_per_seq_s: the requests are simulated
 with the stage model under those overrides and written in vLLM's detailed layout; the fit must
@@ -15,14 +15,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.bench_calibrate import main as calibrate_main
+from experiments.bench.calibrate import main as calibrate_main
 from policies.registry import policy_factory
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.cost.gpu_params import A100_80GB_PARAMS
 from sim.fit.bench_fit import FIT_PARAMS, fit_bench
 from sim.fit.bench_params import STAGE_FIT_PARAMS, fit_space
 from sim.fit.bench_replay import replay
-from sim.cluster.spec import ClusterSpec, build_executors
 from sim.util.errors import ConfigError
-from sim.cost.gpu_params import A100_80GB_PARAMS
 from traces.bench_results import read_bench_result, send_schedule
 
 VLLM = policy_factory("vllm_v0", None)  # the simulated server's policy

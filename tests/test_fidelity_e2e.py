@@ -1,4 +1,4 @@
-"""experiments.fidelity_e2e: end-to-end step times (splitwise-sim's perf_model.csv layout)
+"""experiments.fidelity.e2e: end-to-end step times (splitwise-sim's perf_model.csv layout)
 against the cost model; a table generated from the model itself reads back with zero error."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from experiments.fidelity_e2e import main, predict_rows, read_perf_table
-from sim.cost.cost_model import DeploymentSpec
+from experiments.fidelity.e2e import main, predict_rows, read_perf_table
 from sim.cluster.cost_model_choice import build_cost_model
-from sim.util.errors import ConfigError
+from sim.cost.cost_model import DeploymentSpec
 from sim.hardware.gpus import get_gpu
 from sim.models.catalog import get_model
+from sim.util.errors import ConfigError
 
 
 def perf_table(options: dict[str, Any], repeats: int = 2) -> pd.DataFrame:

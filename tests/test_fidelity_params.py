@@ -1,5 +1,5 @@
 """Stage parameters from a config (sim/cost/stage_params_config.py via sim/cluster/cost_model_choice.py) and
-fitting a GPU's parameters from a profile (experiments/fit_gpu.py).
+fitting a GPU's parameters from a profile (experiments/fidelity/fit_gpu.py).
 
 The fixture profile is generated from KNOWN parameters (the stage model's own per-op times
 written in Vidur's layout); the fit must recover them. The shared A100 data is used only where
@@ -17,20 +17,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.fit_gpu import main as fit_gpu_main
+from experiments.fidelity.fit_gpu import main as fit_gpu_main
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
 from sim.cost.cost_model import DeploymentSpec
-from sim.util.errors import ConfigError
-from sim.cost.host_presets import apply_host
 from sim.cost.gpu_params import A100_80GB_PARAMS, stage_params_for
-from sim.hardware.gpus import get_gpu
-from sim.models.catalog import get_model
-from sim.fit.stage_fit import (CONTEXT_DECODE_FIELDS, CONTEXT_PREFILL_FIELDS, DECODE_FIELDS,
-                           GEMM_FIELDS, PREFILL_FIELDS, SMALL_FIELDS)
+from sim.cost.host_presets import apply_host
 from sim.cost.stage_model import StageCostModel
 from sim.cost.stage_params import AllReduceParams, StageParams
 from sim.cost.stage_params_config import load_stage_params, params_from_dict, params_to_dict
+from sim.fit.stage_fit import (CONTEXT_DECODE_FIELDS, CONTEXT_PREFILL_FIELDS, DECODE_FIELDS,
+                           GEMM_FIELDS, PREFILL_FIELDS, SMALL_FIELDS)
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model
+from sim.util.errors import ConfigError
 from tests.factories import make_trace
 from traces.paths import default_data_dir
 
@@ -274,9 +274,9 @@ def test_a_params_file_without_the_launch_floor_loads_with_none(tmp_path: Path) 
 
 def test_fidelity_reports_every_known_profile_of_every_folder(tmp_path: Path,
                                                               capsys: Any) -> None:
-    """Issue 25: `experiments.fidelity DIR [DIR ...]` prints a per-regime table for each
+    """Issue 25: `experiments.fidelity.main DIR [DIR ...]` prints a per-regime table for each
     (GPU, model) profile it knows and names the ones it skips."""
-    from experiments.fidelity import main as fidelity_main
+    from experiments.fidelity.main import main as fidelity_main
 
     first = write_profile(tmp_path / "one", TRUTH)
     second = write_profile(tmp_path / "two", TRUTH)

@@ -13,17 +13,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sim.core.step_shape import shape_from_sums
 from sim.cost.cost_model import DeploymentSpec, RooflineCostModel
-from sim.util.errors import ConfigError, TraceError
+from sim.cost.roofline_stages import RooflineStages
+from sim.cost.stage_compose import ComposedCostModel
 from sim.hardware.gpus import get_gpu
-from sim.models.catalog import get_model
 from sim.measured.profile_cost_model import ALLREDUCE_LAUNCH_S, ProfileCostModel, ProfileStageTimes
 from sim.measured.profile_csv import ProfileWarning
 from sim.measured.profile_tables import DENSE_OPS, load_profiles
-from sim.cost.roofline_stages import RooflineStages
-from sim.cost.stage_compose import ComposedCostModel
-from sim.core.step_shape import shape_from_sums
 from sim.measured.table_interp import LogLogCurve, ScatterGrid
+from sim.models.catalog import get_model
+from sim.util.errors import ConfigError, TraceError
 from traces.paths import default_data_dir
 
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128)  # fixture dense num_tokens
@@ -339,7 +339,7 @@ def _check_outputs(out: Path) -> dict:
 
 
 def test_report_on_fixtures(tmp_path):
-    from experiments.fidelity import main, run_report
+    from experiments.fidelity.main import main, run_report
 
     write_tree(tmp_path / "p")
     assert main([str(tmp_path / "p"), "--out", str(tmp_path / "out")]) == 0
@@ -353,7 +353,7 @@ def test_report_on_fixtures(tmp_path):
 
 @pytest.mark.skipif(not (SHARED / "a100").is_dir(), reason="shared A100 profiles absent")
 def test_report_on_shared_a100(tmp_path):
-    from experiments.fidelity import run_report
+    from experiments.fidelity.main import run_report
 
     result = run_report(SHARED, "llama-2-7b", "A100-80GB", "roofline", out=tmp_path)
     meta = _check_outputs(tmp_path)
@@ -368,7 +368,7 @@ def test_report_on_shared_a100(tmp_path):
 def test_report_with_calibration_file(tmp_path):
     import dataclasses
 
-    from experiments.fidelity import run_report
+    from experiments.fidelity.main import run_report
 
     write_tree(tmp_path / "p")
     calib = tmp_path / "calib.json"
@@ -388,7 +388,7 @@ def test_stage_kind_falls_back_to_roofline_without_the_stage_model(tmp_path, mon
                                                                     capsys):
     import sys
 
-    from experiments.fidelity import run_report
+    from experiments.fidelity.main import run_report
 
     write_tree(tmp_path / "p")
     monkeypatch.setitem(sys.modules, "sim.cost.stage_model", None)  # import now raises ImportError

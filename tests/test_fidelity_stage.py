@@ -10,18 +10,18 @@ import pandas as pd
 import pytest
 
 from sim.cluster.cost_executor import CostModelExecutor
-from sim.cost.cost_model import DeploymentSpec, RooflineCostModel
-from sim.util.errors import ConfigError
 from sim.core.executor import Step
+from sim.cost.cost_model import DeploymentSpec, RooflineCostModel
 from sim.cost.gpu_params import (A100_80GB_PARAMS, GPU_STAGE_PARAMS, L40S, STAGE_GPUS, derive_params,
                             stage_params_for)
-from sim.hardware.gpus import GPUSpec, get_gpu
-from sim.models.catalog import ModelSpec, get_model
-from sim.fit.stage_fit import (DECODE_FIELDS, FIT_START, GEMM_FIELDS, PREFILL_FIELDS, SMALL_FIELDS,
-                           attention_fields, fit_allreduce, fit_stage_params)
 from sim.cost.stage_model import StageCostModel
 from sim.cost.stage_params import EFFICIENCY_FIELDS, AllReduceParams, StageParams
 from sim.cost.stage_times import StageTimes
+from sim.fit.stage_fit import (DECODE_FIELDS, FIT_START, GEMM_FIELDS, PREFILL_FIELDS, SMALL_FIELDS,
+                           attention_fields, fit_allreduce, fit_stage_params)
+from sim.hardware.gpus import GPUSpec, get_gpu
+from sim.models.catalog import ModelSpec, get_model
+from sim.util.errors import ConfigError
 from traces.paths import default_data_dir
 from tests.factories import iterations_one_by_one
 

@@ -6,9 +6,9 @@ import pytest
 
 from sim.cluster.spec import ClusterSpec, build_executors
 from sim.cost.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
-from sim.util.errors import ConfigError
 from sim.hardware.gpus import get_gpu
 from sim.models.catalog import get_model
+from sim.util.errors import ConfigError
 
 MODEL = get_model("llama-2-7b")
 PREFILL = ([4096], [0])  # one long prompt: the dense stage is compute-bound
@@ -51,7 +51,7 @@ def test_fp16_and_int8_keep_their_dense_rate():
 
 @pytest.mark.parametrize("gpu", ["A100-80GB", "A100-40GB", "V100-32GB", "A10G"])
 def test_a_gpu_without_fp8_refuses_it_naming_the_gpu(gpu):
-    from experiments.checks import check_cluster
+    from experiments.config.preflight import check_cluster
 
     with pytest.raises(ConfigError) as err:
         check_cluster(ClusterSpec(gpu=gpu, weight_dtype="fp8"))

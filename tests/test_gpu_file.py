@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError
 from sim.hardware.gpu_file import read_gpu_file, resolve_gpu
 from sim.hardware.gpus import GPUS, get_gpu
+from sim.util.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "experiments" / "configs" / "gpus" / "mi300x.yaml"
@@ -96,7 +96,7 @@ def test_a_missing_or_unreadable_file_names_cluster_gpu(tmp_path):
 
 
 def test_the_config_reader_checks_the_file_and_names_cluster_gpu(tmp_path):
-    from experiments.config import cluster_from_dict
+    from experiments.config.experiment import cluster_from_dict
 
     good = write(tmp_path, H100_LIKE)
     assert cluster_from_dict({"gpu": good}).gpu == good

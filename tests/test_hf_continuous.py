@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.core.executor import Step
 from sim.cluster.hf_continuous import MixedShape, mixed_shape
+from sim.core.executor import Step
 from tests.test_magnus_hf_static import chatglm_v100, fig4_trace
 
 

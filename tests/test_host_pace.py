@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.validate import pace_lines
+from experiments.validate.main import pace_lines
 from real.check_report import pace_markdown
 from real.host_pace import drift_note, host_pace
 from real.step_log import StepSample
-from sim.cost.engine_time import EngineTimeModel, EngineTimeParams, EngineWork
 from sim.core.executor import Step
+from sim.cost.engine_time import EngineTimeModel, EngineTimeParams, EngineWork
 from sim.hardware.gpus import get_gpu
 from sim.models.catalog import get_model
 

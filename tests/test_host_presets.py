@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError
 from sim.cost.gpu_params import (A100_80GB_PARAMS, GPU_STAGE_PARAMS, H100_80GB_PARAMS, clock_ratio,
                             derive_params, stage_params_for)
-from sim.hardware.gpus import GPUS
 from sim.cost.host_presets import CUSTOM_ALLREDUCE, apply_host
+from sim.hardware.gpus import GPUS
+from sim.util.errors import ConfigError
 from tests.factories import make_trace
 
 

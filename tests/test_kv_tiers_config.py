@@ -5,13 +5,13 @@ import math
 
 import pytest
 
-from experiments.config import experiment_from_dict
+from experiments.config.experiment import experiment_from_dict
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError
 from sim.core.executor import Step
 from sim.memory.kv_moves import tier_links
 from sim.memory.kv_transfer import GB, LINKS
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, TierExecutor, make_trace
 
 SWAP = {"preemption_mode": "swap"}

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.config import experiment_from_dict
+from experiments.config.experiment import experiment_from_dict
 from policies.simulate import simulate
-from sim.util.errors import ConfigError
 from sim.memory.kv_offload import OffloadStore, OffloadTier
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, TierExecutor, random_trace
 from tests.test_kv_tiers_prefix import three_requests
 from tests.test_kv_tiers_swap import TWO, OneIteration, executor, link_extras

@@ -61,7 +61,7 @@ def import_graph() -> dict[str, set[str]]:
 def test_the_graph_sees_lazy_and_type_checking_imports():
     graph = import_graph()
     assert "sim.measured.calibrated" in graph["sim.cluster.spec"]  # imported inside build_executors
-    assert "sim.util.errors" in graph["experiments.ray_backend"]
+    assert "sim.util.errors" in graph["experiments.sweep.ray_backend"]
     assert "policies.base" in graph["policies.registry"]
 
 

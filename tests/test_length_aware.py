@@ -10,13 +10,13 @@ import pytest
 
 from policies.length_aware.admission import (Ordering, admission_order, outstanding_blocks,
                                              planned_tokens, priority_key, reservation_tokens)
-from policies.magnus.length_service import LearningSettings, LengthService
 from policies.magnus.config import PredictorConfig
+from policies.magnus.length_service import LearningSettings, LengthService
 from policies.simulate import simulate
-from sim.memory.block_manager import BlockManager
-from sim.util.errors import ConfigError
-from sim.records.recorder import Recorder
 from sim.core.request import Request, RequestStatus
+from sim.memory.block_manager import BlockManager
+from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, make_trace, random_trace
 from tests.test_engine import OneIterationExecutor
 from tests.test_policy_vllm import arrive, check_blocks, make_policy, run_step, simulate_checked

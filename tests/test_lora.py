@@ -9,8 +9,8 @@ import pytest
 from policies.lora import LoraScheduler, LoraSlots
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError
 from sim.core.executor import Step
+from sim.util.errors import ConfigError
 from tests.factories import make_trace, random_trace
 from tests.test_properties import check_invariants
 

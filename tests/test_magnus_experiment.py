@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.config import experiment_from_dict
+from experiments.config.experiment import experiment_from_dict
 from experiments.figures import main
 from experiments.run import load_config
 from sim.util.errors import ConfigError

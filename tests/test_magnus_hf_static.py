@@ -14,14 +14,14 @@ import pandas as pd
 import pytest
 
 from policies.simulate import simulate
-from sim.cluster.spec import ClusterSpec, build_executors
 from sim.cluster.cost_executor import CostModelExecutor
-from sim.cost.cost_model import DeploymentSpec
-from sim.util.errors import ConfigError
-from sim.core.executor import Step
-from sim.hardware.gpu_file import resolve_gpu
 from sim.cluster.hf_static import HFStaticExecutor, HFStaticParams
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.core.executor import Step
+from sim.cost.cost_model import DeploymentSpec
+from sim.hardware.gpu_file import resolve_gpu
 from sim.models.catalog import resolve_model
+from sim.util.errors import ConfigError
 
 PAPER_VANILLA_S = 242.0  # Fig. 4: vanilla, batches of 7
 PAPER_MAGNUS_S = 60.0  # Fig. 4: Magnus, a batch of 3 large and one of 18 small

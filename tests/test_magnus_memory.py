@@ -14,11 +14,11 @@ from policies.magnus.batcher import AdaptiveBatcher
 from policies.magnus.config import MagnusConfig
 from policies.magnus.memory import EngineMemory, KVTokenMemory, batch_memory
 from policies.simulate import simulate
-from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError
-from sim.core.executor import InstanceInfo
 from sim.cluster.hf_static import HFStaticExecutor
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.core.executor import InstanceInfo
 from sim.core.request import Request
+from sim.util.errors import ConfigError
 
 
 def chatglm_v100(**engine) -> HFStaticExecutor:

@@ -7,10 +7,10 @@ from policies.magnus.config import ABPConfig, GLPConfig, MagnusConfig
 from policies.magnus.estimator import BatchSample, BatchTimeEstimator
 from policies.registry import build_policy
 from policies.simulate import simulate
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo, StepResult
-from sim.records.recorder import Recorder
 from sim.core.request import Request, RequestStatus
+from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, random_trace
 from tests.test_magnus_workload import write_apps
 from traces.magnus_workload import magnus_workload

@@ -14,8 +14,8 @@ from policies.magnus.length_model import build_length_model, make_predictor
 from policies.magnus.predictor import (InputLengthPredictor, NoisyOraclePredictor,
                                        OraclePredictor, SemanticPredictor)
 from policies.magnus.queries import AppCatalog, AppInfo, LengthQuery
-from sim.util.errors import ConfigError
 from sim.core.request import Request
+from sim.util.errors import ConfigError
 from tests.test_magnus_workload import write_apps
 
 

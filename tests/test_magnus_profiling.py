@@ -12,10 +12,10 @@ from policies.magnus.estimator import BatchSample
 from policies.magnus.memory import EngineMemory
 from policies.magnus.profiling import profile_batches
 from policies.registry import build_policy
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo, StepResult
-from sim.records.recorder import Recorder
 from sim.core.request import Request
+from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
 from tests.test_magnus_memory import chatglm_v100
 from tests.test_magnus_workload import write_apps
 

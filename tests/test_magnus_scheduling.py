@@ -6,8 +6,8 @@ from policies.magnus.batcher import QueuedBatch
 from policies.magnus.estimator import BatchSample, BatchTimeEstimator, IterationTimer
 from policies.magnus.learning import ContinuousLearner, is_large_error
 from policies.magnus.scheduler import pick_fcfs, pick_hrrn, response_ratio
-from sim.records.recorder import Recorder
 from sim.core.request import Request
+from sim.records.recorder import Recorder
 
 
 def batch(batch_id, arrival_s, predicted=10):

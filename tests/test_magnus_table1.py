@@ -1,4 +1,4 @@
-"""Table I's input/output length correlations (experiments/magnus_table1.py)."""
+"""Table I's input/output length correlations (experiments/papers/magnus_table1.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.magnus_table1 import (claim_line, length_correlations, tasks_above,
+from experiments.papers.magnus_table1 import (claim_line, length_correlations, tasks_above,
                                        to_markdown)
 from traces.magnus_workload import default_magnus_path, read_magnus_apps
 

@@ -7,11 +7,11 @@ import pytest
 
 from policies.simulate import simulate
 from policies.speculative import check_method, expected_tokens_per_step
+from sim.cluster.medusa import MedusaHeads
 from sim.cluster.spec import ClusterSpec, build_executors
+from sim.core.executor import Step
 from sim.cost.cost_model import CostModelConfig, RooflineCostModel
 from sim.util.errors import ConfigError
-from sim.core.executor import Step
-from sim.cluster.medusa import MedusaHeads
 from tests.factories import make_trace
 from tests.test_properties import check_invariants
 

@@ -12,8 +12,8 @@ import pytest
 
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError
 from sim.models.catalog import MODELS, get_model, model_from_config_dict, resolve_model
+from sim.util.errors import ConfigError
 from tests.factories import make_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

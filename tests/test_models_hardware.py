@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sim.util.errors import ConfigError
 from sim.hardware.gpus import GPUS, GPUSpec, get_gpu
 from sim.models.catalog import (MODELS, ModelSpec, get_model, model_from_config_dict,
                         model_from_hf_config, resolve_model)
+from sim.util.errors import ConfigError
 
 LLAMA2_7B_CONFIG = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.util.errors import ConfigError
 from sim.models.catalog import MODELS, get_model, model_from_config_dict, resolve_model
+from sim.util.errors import ConfigError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "moe"
 
@@ -135,7 +135,7 @@ def test_deepseek_without_routed_experts_is_dense_mla():
 
 
 def test_a_sweep_config_loads_a_moe_folder():
-    from experiments.config import cluster_from_dict
+    from experiments.config.experiment import cluster_from_dict
 
     spec = cluster_from_dict({"model": str(FIXTURES / "mixtral-8x7b"), "gpu": "H100-80GB",
                               "tensor_parallel": 2, "expert_parallel": 2})

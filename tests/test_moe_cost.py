@@ -7,15 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sim.cluster.cost_model_choice import build_cost_model
 from sim.cluster.spec import ClusterSpec, build_executors
 from sim.cost.cost_model import GIB, DeploymentSpec, RooflineCostModel
-from sim.cluster.cost_model_choice import build_cost_model
-from sim.util.errors import ConfigError
 from sim.cost.gpu_params import stage_params_for
-from sim.hardware.gpus import get_gpu
-from sim.models.catalog import get_model
 from sim.cost.moe_cost import MoEPlan
 from sim.cost.stage_model import StageCostModel
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model
+from sim.util.errors import ConfigError
 
 H100 = get_gpu("H100-80GB")
 MIXTRAL = get_model("mixtral-8x7b")

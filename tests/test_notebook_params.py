@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.notebook_params import (DEFAULT_CAPACITY_REQUESTS, DEFAULT_RESULTS_DIR,
+from experiments.config.notebook_params import (DEFAULT_CAPACITY_REQUESTS, DEFAULT_RESULTS_DIR,
                                          NotebookParams, params_from_env)
 from sim.util.errors import ConfigError
 

@@ -9,8 +9,8 @@ import pytest
 from policies.registry import policy_names
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec
-from sim.util.errors import ConfigError
 from sim.cost.overhead import SchedulingOverhead, build_overhead, overhead_kwargs
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, generic_params, make_trace, random_trace
 from tests.test_engine import OneIterationExecutor
 

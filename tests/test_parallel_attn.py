@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from sim.cost.cost_model import DeploymentSpec, RooflineCostModel
-from sim.util.errors import ConfigError
 from sim.cost.gpu_params import stage_params_for
-from sim.hardware.gpus import get_gpu
-from sim.models.catalog import get_model, model_from_config_dict
 from sim.cost.stage_compose import ComposedCostModel
 from sim.cost.stage_model import StageCostModel
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model, model_from_config_dict
+from sim.util.errors import ConfigError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FALCON = get_model("falcon-40b")

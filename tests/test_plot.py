@@ -1,10 +1,12 @@
-"""experiments.plot draws the standard figures from a sweep's results folder."""
+"""experiments.report.plot draws the standard figures from a sweep's results folder."""
 
 from pathlib import Path
 
 import yaml
 
-from experiments import plot, run
+from experiments import run
+
+from experiments.report import plot
 
 
 def test_plot_draws_rate_curves_and_cdfs(tmp_path: Path):

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.capacity_plot import plot_capacity, plot_results
+from experiments.capacity.plot import plot_capacity, plot_results
 
 # run in a fresh interpreter whose backend is "svg": import, draw and save, then report
 SCRIPT = """import json, sys
 from pathlib import Path
 import matplotlib
-import experiments.capacity, experiments.capacity_plot, experiments.plot
-experiments.capacity_plot.plot_results(Path(sys.argv[1]))
+import experiments.capacity.main, experiments.capacity.plot, experiments.report.plot
+experiments.capacity.plot.plot_results(Path(sys.argv[1]))
 print(json.dumps({"backend": matplotlib.get_backend(),
                   "pyplot": "matplotlib.pyplot" in sys.modules}))
 """

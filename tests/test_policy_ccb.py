@@ -7,10 +7,10 @@ import pytest
 
 from policies.registry import build_policy
 from policies.simulate import simulate
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo, StepResult
-from sim.records.recorder import Recorder
 from sim.core.request import Request, RequestStatus
+from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, make_trace, random_trace
 from tests.test_properties import check_invariants
 

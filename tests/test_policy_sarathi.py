@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.util.errors import ConfigError
 from sim.core.request import Request, RequestStatus
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, random_trace
 from tests.test_policy_vllm import (arrive, check_blocks, make_policy, run_step, simulate_checked,
                                     small_traces)

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from policies.registry import build_policy
 from policies.simulate import simulate
-from sim.engine.simulation import Simulation
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo, Step, StepResult
-from sim.records.recorder import Recorder
 from sim.core.request import Request, RequestStatus
+from sim.engine.simulation import Simulation
 from sim.engine.trace_rows import requests_from_trace
+from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, make_trace, random_trace
 from tests.test_properties import check_invariants
 

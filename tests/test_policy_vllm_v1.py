@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from experiments.run import main as run_main
 from policies.registry import BUILTIN_POLICIES, FOLLOWS
 from policies.simulate import simulate
-from sim.util.errors import ConfigError
 from sim.core.request import Request, RequestStatus
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, random_trace
 from tests.test_engine import OneIterationExecutor
 from tests.test_policy_vllm import arrive, check_blocks, make_policy, run_step, simulate_checked

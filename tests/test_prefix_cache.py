@@ -4,12 +4,12 @@ prefixes only), and the paged policies' admission with cache hits (analytic step
 import numpy as np
 import pytest
 
-from experiments.config import experiment_from_dict
+from experiments.config.experiment import experiment_from_dict
 from policies.paged import PagedPolicy
 from policies.simulate import simulate
 from sim.memory.block_manager import BlockManager
-from sim.util.errors import ConfigError, TraceError
 from sim.memory.prefix_keys import block_keys, covered_tokens
+from sim.util.errors import ConfigError, TraceError
 from tests.factories import LinearExecutor, make_trace, random_trace, stream_block_ids
 from tests.test_engine import OneIterationExecutor
 from traces.schema import validate_trace
@@ -251,8 +251,8 @@ def test_block_tokens_column_is_validated():
 
 
 def test_mooncake_loader_sets_512_token_granules(tmp_path):
-    from traces.mooncake import load_mooncake
     from sim.engine.trace_rows import requests_from_trace
+    from traces.mooncake import load_mooncake
 
     path = tmp_path / "m.jsonl"
     path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 3, '

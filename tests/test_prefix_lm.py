@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.config import experiment_from_dict
+from experiments.config.experiment import experiment_from_dict
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError
 from sim.models.catalog import get_model, model_from_config_dict
+from sim.util.errors import ConfigError
 from tests.factories import make_trace
 
 GLM1 = {"model_type": "chatglm", "hidden_size": 4096, "inner_hidden_size": 16384,

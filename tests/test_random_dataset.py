@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from experiments.config_load import load_config
+from experiments.config.load import load_config
 from experiments.run import parse_args
-from experiments.workload import build_workload
+from experiments.sweep.workload import build_workload
 from sim.util.errors import ConfigError
 from traces.random_dataset import RandomDataset, length_bounds, random_lengths, random_trace
 

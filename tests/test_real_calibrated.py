@@ -11,15 +11,15 @@ import pytest
 
 from policies.simulate import simulate
 from real.fit import export_trees, fit_learned, fit_roofline, roofline_times
+from sim.cluster.spec import ClusterSpec, build_executors
+from sim.core.executor import Step
+from sim.cost.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
+from sim.hardware.gpus import GPUSpec
 from sim.measured.calibrated import (FEATURES, CalibratedExecutor, RooflineTimes, load_calibrated_executor,
                             step_features)
-from sim.cluster.spec import ClusterSpec, build_executors
-from sim.cost.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
-from sim.util.errors import ConfigError
-from sim.core.executor import Step
-from sim.hardware.gpus import GPUSpec
 from sim.measured.learned_trees import ensemble_from_dict
 from sim.models.catalog import get_model
+from sim.util.errors import ConfigError
 from tests.factories import make_trace
 
 DEVICE = GPUSpec("test-device", 2.0**40, 100e9, 2e12, 2e12, 1e9, 0.0)

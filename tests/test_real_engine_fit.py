@@ -10,19 +10,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.report import write_run
+from experiments.report.results import write_run
 from policies.simulate import simulate
 from real.calibrate_engine import engine_section, structural_params
 from real.fit_engine import cross_validate, fit_data, fit_engine, predict
 from real.step_log import (ENGINE_STEPS, StepSample, read_engine_steps, reconstruct_run,
                            run_samples, samples_frame)
-from sim.measured.calibrated import FEATURES, CalibratedExecutor, step_features
+from sim.core.executor import Step
 from sim.cost.engine_shapes import ShapeCache
 from sim.cost.engine_time import EngineTimeModel, EngineTimeParams, EngineWork
-from sim.util.errors import ConfigError
-from sim.core.executor import Step
 from sim.hardware.gpus import get_gpu
+from sim.measured.calibrated import FEATURES, CalibratedExecutor, step_features
 from sim.models.catalog import get_model
+from sim.util.errors import ConfigError
 from tests.factories import random_trace
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "real_h100_2026-11-27"

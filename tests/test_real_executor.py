@@ -11,12 +11,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from policies.registry import policy_names  # noqa: E402
+from policies.simulate import simulate  # noqa: E402
 from real.executor import TorchExecutor  # noqa: E402
 from real.replay import replay  # noqa: E402
 from real.timing import CPU_CLOCKS  # noqa: E402
-from sim.measured.calibrated import CalibratedExecutor  # noqa: E402
 from sim.core.executor import Executor, Step  # noqa: E402
-from policies.simulate import simulate  # noqa: E402
+from sim.measured.calibrated import CalibratedExecutor  # noqa: E402
 from tests.factories import LinearExecutor, make_trace, random_trace  # noqa: E402
 
 

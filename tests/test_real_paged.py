@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 
 from real.cuda_graphs import DecodeGraphs, capture_sizes  # noqa: E402
 from real.executor import TorchExecutor  # noqa: E402
-from real.mixed_graphs import MixedGraphs  # noqa: E402
 from real.init_hash import hash_uniform_, hash_uniform_numpy  # noqa: E402
+from real.mixed_graphs import MixedGraphs  # noqa: E402
 from real.model import hf_parameter_views  # noqa: E402
 from real.weights import INIT_STD  # noqa: E402
 from sim.core.executor import Step  # noqa: E402

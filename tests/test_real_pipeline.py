@@ -35,7 +35,7 @@ needs_trace = pytest.mark.skipif(not azure_conv_available(), reason="needs the s
 
 @needs_trace
 def test_profile_calibrate_validate_on_cpu(tmp_path, capsys):
-    from experiments.validate import main as validate
+    from experiments.validate.main import main as validate
     from real.calibrate import main as calibrate
     from real.profile import main as profile
 
@@ -90,7 +90,7 @@ def check_replayed(tmp_path: Path, out: Path, cal: Path, refit: Path,
                    metrics: pd.DataFrame) -> None:
     """The recorded replays re-checked without the engine: the same calibration gives the
     same errors to the digit, another one runs, another slice is refused by name."""
-    from experiments.validate_replayed import main as replayed
+    from experiments.validate.replayed import main as replayed
 
     tiny = ["--set", f"cluster.model={TINY}"]
     again = tmp_path / "again"

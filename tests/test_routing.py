@@ -10,8 +10,8 @@ import pytest
 from policies.routing import HashRing, InstanceLoad, build_router, check_router
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError
 from sim.core.request import Request
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, random_trace
 
 

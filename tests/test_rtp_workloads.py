@@ -9,11 +9,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from experiments.config import experiment_from_dict
-from experiments.workload import build_workload
+from experiments.config.experiment import experiment_from_dict
+from experiments.sweep.workload import build_workload
 from policies.simulate import simulate
-from sim.util.errors import ConfigError
 from sim.memory.prefix_keys import block_keys
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, check_follow_ups_hit_previous_context
 from traces.content_ids import STREAM_STRIDE
 from traces.lengths import LengthDist

@@ -11,10 +11,10 @@ import yaml
 
 from experiments.run import main as run_main
 from policies.simulate import simulate
-from sim.cluster.spec import ClusterSpec
-from sim.util.errors import ConfigError
-from sim.hardware.gpu_costs import GPU_COSTS, default_cost
 from sim.cluster.run_cost import COST_KEYS, cost_summary, gpu_rates, run_cost_summary
+from sim.cluster.spec import ClusterSpec
+from sim.hardware.gpu_costs import GPU_COSTS, default_cost
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, make_trace
 
 BASE_S, PER_TOKEN_S = 0.01, 1e-4  # the linear executor: seconds per iteration, per token

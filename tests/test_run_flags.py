@@ -1,4 +1,4 @@
-"""`vllm bench serve` flags of experiments.run (experiments/bench_flags.py): each ends up in the
+"""`vllm bench serve` flags of experiments.run (experiments/bench/flags.py): each ends up in the
 resolved config; a bad value is an error naming the flag and the value."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from experiments.config_load import load_config
+from experiments.config.load import load_config
 from experiments.run import parse_args
 
 QUICKSTART = "experiments/configs/quickstart.yaml"  # synthetic workload

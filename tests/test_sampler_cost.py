@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cost.cost_model import DeploymentSpec
 from sim.cluster.cost_model_choice import build_cost_model
-from sim.util.errors import ConfigError
-from sim.hardware.gpus import get_gpu
-from sim.models.catalog import get_model, resolve_model
+from sim.cost.cost_model import DeploymentSpec
 from sim.cost.sampler_cost import (EAGER_OP_S, FUSED_KERNEL_S, HF_OPS, SAMPLER_KERNELS,
                               sampler_seconds)
+from sim.hardware.gpus import get_gpu
+from sim.models.catalog import get_model, resolve_model
+from sim.util.errors import ConfigError
 
 QWEN_1_8B = "experiments/configs/models/qwen-1_8b.json"  # vocabulary 151,936
 

@@ -9,8 +9,8 @@ import pytest
 from policies.simulate import simulate
 from real.calibrate import main as calibrate_main
 from real.sched_fit import fit_scheduling
-from sim.util.errors import ConfigError
 from sim.cost.overhead import SchedulingOverhead, build_overhead
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, random_trace
 
 FIXED, PER_REQUEST = 1.2e-4, 6e-6

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from sim.cost.cost_model import DeploymentSpec
 from sim.cluster.cost_model_choice import build_cost_model
-from sim.util.errors import ConfigError
+from sim.cost.cost_model import DeploymentSpec
 from sim.hardware.gpus import get_gpu
 from sim.models.catalog import resolve_model
+from sim.util.errors import ConfigError
 
 QWEN_14B = "experiments/configs/models/qwen-14b.json"  # 40 layers, 40 heads x 128, MHA
 BUFFER = {"score_buffer": {"max_prefill_tokens": 2048}}

@@ -30,7 +30,7 @@ def test_refused_without_block_ids_or_with_sessions() -> None:
 
 
 def test_config_field_checked() -> None:
-    from experiments.workload_config import trace_from_dict
+    from experiments.config.workload import trace_from_dict
 
     assert trace_from_dict({"name": "mooncake", "session_blocks": 2}).session_blocks == 2
     with pytest.raises(ConfigError, match="session_blocks"):

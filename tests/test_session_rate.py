@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from experiments import run
-from experiments.config_load import load_config
-from experiments.workload import WORKLOAD_NOTE, build_workload
+from experiments.config.load import load_config
+from experiments.sweep.workload import WORKLOAD_NOTE, build_workload
 from traces.lengths import LengthDist
 from traces.sessions import DEFAULT_NUM_SESSIONS, SessionConfig, session_draw
 

@@ -6,8 +6,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from experiments.config import experiment_from_dict
-from experiments.workload import build_workload
+from experiments.config.experiment import experiment_from_dict
+from experiments.sweep.workload import build_workload
 from policies.simulate import simulate
 from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, check_follow_ups_hit_previous_context

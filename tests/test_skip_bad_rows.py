@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments.config import experiment_from_dict
+from experiments.config.experiment import experiment_from_dict
 from experiments.run import run_sweep
-from experiments.workload import WORKLOAD_NOTE, build_workload, load_base_trace
+from experiments.sweep.workload import WORKLOAD_NOTE, build_workload, load_base_trace
 from sim.util.errors import ConfigError, TraceError
 from traces.mapping import TraceMapping
 from traces.skip_rows import load_skipping

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.config_load import load_config
-from experiments.sweep import expand, run_hash
+from experiments.config.load import load_config
+from experiments.sweep.runner import expand, run_hash
 from sim.util.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

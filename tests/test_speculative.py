@@ -11,13 +11,13 @@ import pytest
 from policies.simulate import simulate
 from policies.speculative import (Speculator, accepted_counts, check_speculative,
                                   expected_tokens_per_step)
-from sim.memory.block_manager import BlockManager
-from sim.cluster.spec import ClusterSpec, build_executors
-from sim.cost.cost_model import CostModelConfig, RooflineCostModel
 from sim.cluster.draft import draft_deployment, shared_kv_capacity
-from sim.util.errors import ConfigError
+from sim.cluster.spec import ClusterSpec, build_executors
 from sim.core.executor import Step
 from sim.core.request import Request
+from sim.cost.cost_model import CostModelConfig, RooflineCostModel
+from sim.memory.block_manager import BlockManager
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, make_trace
 from tests.test_properties import check_invariants
 

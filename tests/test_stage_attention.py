@@ -13,12 +13,12 @@ import pytest
 
 from sim.cost.attention_kernels import FLASH_ATTENTION_A100, KERNELS, kernel_of_backend, with_kernel
 from sim.cost.cost_model import DeploymentSpec
-from sim.util.errors import ConfigError
 from sim.cost.gpu_params import A100_80GB_PARAMS, H100_80GB_PARAMS, stage_params_for
-from sim.hardware.gpus import GPUSpec, get_gpu
-from sim.models.catalog import ModelSpec, get_model
 from sim.cost.stage_model import StageCostModel
 from sim.cost.stage_params import StageParams
+from sim.hardware.gpus import GPUSpec, get_gpu
+from sim.models.catalog import ModelSpec, get_model
+from sim.util.errors import ConfigError
 from tests.factories import iterations_one_by_one
 
 A100 = get_gpu("A100-80GB")
@@ -222,7 +222,7 @@ def test_config_overrides_name_the_field(field: str) -> None:
 
 def test_fidelity_reports_against_the_kernel_asked_for(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture) -> None:
-    from experiments.fidelity import main, run_report
+    from experiments.fidelity.main import main, run_report
     from tests.test_fidelity_profiles import write_tree
     root = write_tree(tmp_path / "p")  # a profile naming no attention backend
     assert run_report(root)["cost_model"] == "stage (attention: flashinfer)"
@@ -275,7 +275,7 @@ def full() -> pd.DataFrame:
 
 def test_per_regime_on_the_full_file(full: pd.DataFrame) -> None:
     """Fitted on TP 1, TP 4 predicted; prefill with a KV prefix within 15% median at both."""
-    from experiments.fidelity_rows import regime
+    from experiments.fidelity.rows import regime
     rows = []
     for r in full.itertuples(index=False):
         m = llama3(int(r.tp))

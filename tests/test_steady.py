@@ -11,16 +11,16 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.capacity import CapacityExperiment, main as capacity_main
-from experiments.capacity_args import parse_rates
-from experiments.capacity_probe import ProbeSettings, probe
-from experiments.config import experiment_from_dict
-from experiments.probe_length import ProbeRule
+from experiments.capacity.args import parse_rates
+from experiments.capacity.main import CapacityExperiment, main as capacity_main
+from experiments.capacity.probe import ProbeSettings, probe
+from experiments.capacity.probe_length import ProbeRule
+from experiments.config.experiment import experiment_from_dict
 from experiments.run import main as run_main
-from sim.util.errors import ConfigError
 from sim.metrics.measured_slo import measured_slo_summary
 from sim.metrics.slo import SLO, slo_summary
 from sim.metrics.steady import SteadyRule, measured_mask, measured_window, steady_summary
+from sim.util.errors import ConfigError
 
 
 def records(arrival: np.ndarray, finish: np.ndarray, ttft: np.ndarray | float = 0.1,
@@ -241,7 +241,7 @@ def test_requests_no_load_could_serve_are_no_shortfall_but_turned_away_ones_are(
 
 
 def test_experiments_run_capacity_passes_the_capacity_flags_through(tmp_path, capsys):
-    """`python -m experiments.run CONFIG --capacity` takes `experiments.capacity`'s flags (the
+    """`python -m experiments.run CONFIG --capacity` takes `experiments.capacity.main`'s flags (the
     README teaches that command); without --capacity they are unknown arguments."""
     path = tmp_path / "burst.yaml"
     path.write_text(yaml.safe_dump(BURST), encoding="utf-8")

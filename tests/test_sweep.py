@@ -9,7 +9,7 @@ import yaml
 
 from experiments import run
 from experiments.run import load_config
-from experiments.sweep import expand, run_hash
+from experiments.sweep.runner import expand, run_hash
 
 TINY = {
     "name": "sweep",
@@ -129,7 +129,7 @@ def test_ray_without_the_extra_is_a_clear_error(tmp_path, capsys, monkeypatch):
 # ---- the driver dies or is interrupted: its pool workers go with it ---------------------------
 DRIVER = """
 import os, sys, time
-import experiments.sweep as sweep
+import experiments.sweep.runner as sweep
 from experiments.run import main
 
 real = sweep.simulate_run
@@ -223,7 +223,7 @@ def test_workers_fork_only_from_a_process_without_torch(monkeypatch):
     import multiprocessing
     import sys
 
-    from experiments.pool import start_method
+    from experiments.sweep.pool import start_method
 
     monkeypatch.setitem(sys.modules, "torch", object())
     assert start_method() == "spawn"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from experiments.validate import ValidateOptions, policy_entries
+from experiments.validate.main import ValidateOptions, policy_entries
 from policies.prefix_caching import check_prefix_caching_backend
 from policies.registry import get_policy, make_config
 

@@ -13,9 +13,9 @@ from experiments.run import main as run_main
 from policies.registry import build_policy
 from policies.vllm_batch_defaults import GIB, batch_limits, gpu_defaults
 from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError
 from sim.core.executor import InstanceInfo, info_of
 from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
 from tests.test_run_cli import run_cli, write_config
 
 

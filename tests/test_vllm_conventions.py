@@ -1,4 +1,4 @@
-"""vLLM benchmark conventions (experiments/vllm_bench.py): names, units, percentiles, std,
+"""vLLM benchmark conventions (experiments/bench/vllm_bench.py): names, units, percentiles, std,
 goodput against hand-computed values, and bench.json's exact key set."""
 
 import json
@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from experiments.bench.vllm_bench import (BenchOptions, bench_keys, bench_result, latency_stats,
+                                    parse_options, peak_buckets)
 from experiments.run import main as run_main
 from experiments.run import parse_args
-from experiments.vllm_bench import (BenchOptions, bench_keys, bench_result, latency_stats,
-                                    parse_options, peak_buckets)
-from sim.util.errors import ConfigError
 from sim.metrics.summary import weighted_std
+from sim.util.errors import ConfigError
 
 # vLLM's `vllm bench serve --save-result` keys (vllm/benchmarks/serve.py @ def9ce85ba10) for
 # --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99, copied from its code

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.config import experiment_from_dict
-from experiments.config_load import load_config
-from experiments.workload import build_workload, load_base_trace
+from experiments.config.experiment import experiment_from_dict
+from experiments.config.load import load_config
+from experiments.sweep.workload import build_workload, load_base_trace
 from policies.simulate import simulate
 from sim.util.errors import ConfigError, TraceError
 from tests.factories import LinearExecutor

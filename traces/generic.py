@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 
 from sim.util.errors import TraceError
+from traces.class_columns import CLASS_COLUMNS
 from traces.columns import Lines
 from traces.files import (check_limit, existing_file, is_gzip, iter_jsonl, open_binary,
                           read_csv_cells)
-from traces.class_columns import CLASS_COLUMNS
 from traces.schema import STRING_COLUMNS, require_rows, validate_trace
 from traces.times import relative_seconds
 

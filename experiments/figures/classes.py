@@ -17,9 +17,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.class_report import class_names  # noqa: E402
 from experiments.figures.page import FigurePage  # noqa: E402
-from experiments.plot import save  # noqa: E402
+from experiments.report.classes import class_names  # noqa: E402
+from experiments.report.plot import save  # noqa: E402
 
 TARGET = 0.9  # the classes' attainment target (classes_mix.yaml)
 TTFT_BOUND_S = 1.0  # the interactive class's TTFT bound, seconds

@@ -6,7 +6,7 @@
 
 Each config of a page runs into RESULTS/<config stem> through experiments.run (the same as
 `python -m experiments.run CONFIG --out RESULTS/<stem>`): finished runs whose identity matches
-are reused (experiments/resume.py), so a second call only draws. Then the page's draw function
+are reused (experiments/files/resume.py), so a second call only draws. Then the page's draw function
 writes its figures into OUT and prints its tables.
 """
 

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.figures.page import FigurePage, sweeps_run  # noqa: E402
-from experiments.plot import load_summary, save  # noqa: E402
+from experiments.report.plot import load_summary, save  # noqa: E402
 
 SWAP_RATIOS = (("mean_ttft_s", "mean TTFT, swap / recompute"),
                ("p99_ttft_s", "p99 TTFT, swap / recompute"),

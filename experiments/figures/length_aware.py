@@ -17,7 +17,7 @@ from typing import Sequence
 import pandas as pd
 
 from experiments.figures.page import FigurePage
-from experiments.plot import load_summary, plot_against_rate, save
+from experiments.report.plot import load_summary, plot_against_rate, save
 
 METRICS: tuple[tuple[str, str, float], ...] = (  # (summary column, axis label, scale)
     ("request_throughput", "request throughput (req/s)", 1.0),

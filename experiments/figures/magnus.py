@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.figures.page import FigurePage  # noqa: E402
-from experiments.plot import save  # noqa: E402
+from experiments.report.plot import save  # noqa: E402
 
 # Magnus vs the baselines, arXiv 2406.04785 (valid tokens: the answers'; total: every token
 # generated, over-generation of finished rows included)

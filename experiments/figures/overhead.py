@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.figures.page import FigurePage  # noqa: E402
-from experiments.plot import load_summary, plot_against_rate, save  # noqa: E402
+from experiments.report.plot import load_summary, plot_against_rate, save  # noqa: E402
 
 METRICS: tuple[tuple[str, str, float], ...] = (  # (summary column, axis label, scale)
     ("gpu_busy_frac", "GPU busy fraction", 1.0),

@@ -14,7 +14,7 @@ from experiments.figures.page import FigurePage  # noqa: E402
 from experiments.figures.policy_scenarios import (  # noqa: E402
     CHUNKED, DYNAMIC, PAGED, PAGED_80GB, QUANT_GPU, QUANT_MODEL, QUANT_SEQ, Scenario,
     quantized_run)
-from experiments.plot import save  # noqa: E402
+from experiments.report.plot import save  # noqa: E402
 
 NUM_REQUESTS = 1000  # requests per simulated run
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from experiments.capacity import Capacity, SearchConfig, search_capacity
+from experiments.capacity.main import Capacity, SearchConfig, search_capacity
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
 from sim.metrics.slo import SLO, meets_slo, slo_summary
@@ -53,7 +53,7 @@ class Scenario:
 
     def capacity(self, label: str, num_requests: int,
                  search: SearchConfig = SearchConfig(min_rate=0.125, rel_tol=0.05)) -> Capacity:
-        """The highest rate meeting the SLO (bisection, see experiments/capacity.py)."""
+        """The highest rate meeting the SLO (bisection, see experiments/capacity/main.py)."""
         return search_capacity(
             lambda rate: meets_slo(self.run(label, rate, num_requests), self.slo), search)
 

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.figures.page import FigurePage  # noqa: E402
-from experiments.plot import load_summary, save  # noqa: E402
+from experiments.report.plot import load_summary, save  # noqa: E402
 
 METRICS: tuple[tuple[str, str], ...] = (  # (summary column, axis label)
     ("request_throughput", "request throughput (req/s)"),

@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.figures.page import FigurePage  # noqa: E402
-from experiments.plot import save  # noqa: E402
+from experiments.report.plot import save  # noqa: E402
 from policies.speculative import expected_tokens_per_step  # noqa: E402
 
 PLAIN = "plain"  # the label of the run without speculation

@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from sim.memory.block_manager import BlockManager
 from sim.core.request import Request
+from sim.memory.block_manager import BlockManager
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,14 @@ from typing import Sequence
 import numpy as np
 
 from sim.core.executor import InstanceInfo, Step, StepResult
-from sim.records.recorder import Recorder
 from sim.core.request import Request
+from sim.records.recorder import Recorder
 
 from policies.length_aware.admission import (Ordering, admission_order, outstanding_blocks,
                                              reservation_tokens)
 from policies.length_aware.config import LacbConfig
-from policies.magnus.length_service import LearningSettings, LengthService
 from policies.magnus.embedding import Embedder
+from policies.magnus.length_service import LearningSettings, LengthService
 from policies.paged import PagedInstance
 from policies.registry import register_policy
 from policies.vllm import VllmPolicy

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.util.errors import check_positive
 from sim.core.request import Request
+from sim.util.errors import check_positive
 
 from policies.magnus.memory import BatchMemory, KVTokenMemory
 from policies.magnus.wma import wma_after_insert

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Generic, TypeVar
 
-from sim.util.errors import check_positive
 from sim.records.recorder import Recorder
+from sim.util.errors import check_positive
 
 S = TypeVar("S")  # a collected sample
 M = TypeVar("M")  # a trained model

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.records.recorder import Recorder
 from sim.core.request import Request
+from sim.records.recorder import Recorder
 
 from policies.magnus.config import PredictorConfig
 from policies.magnus.embedding import Embedder

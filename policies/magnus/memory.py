@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from sim.util.errors import check_fraction, check_positive
-from sim.core.executor import InstanceInfo
 from sim.cluster.hf_static import HFStaticExecutor, HFStaticMemory
+from sim.core.executor import InstanceInfo
+from sim.util.errors import check_fraction, check_positive
 
 MEMORY_CHECKS = ("engine", "kv_tokens")
 

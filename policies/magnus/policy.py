@@ -18,11 +18,11 @@ from typing import Sequence
 
 import numpy as np
 
-from sim.util.errors import ConfigError
-from sim.core.executor import InstanceInfo, Step, StepResult
 from sim.cluster.hf_static import HFStaticExecutor
-from sim.records.recorder import Recorder
+from sim.core.executor import InstanceInfo, Step, StepResult
 from sim.core.request import Request
+from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
 
 from policies.base import Policy
 from policies.magnus.batcher import AdaptiveBatcher, QueuedBatch

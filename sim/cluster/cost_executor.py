@@ -7,12 +7,12 @@ from operator import mul
 
 import numpy as np
 
-from sim.cost.cost_model import RooflineCostModel, kv_dtype_bytes
 from sim.cluster.draft import DraftModel, shared_kv_capacity
-from sim.core.executor import InstanceInfo, Step, StepResult, modelled_result
-from sim.memory.kv_moves import TierLinks, tier_links
 from sim.cluster.lora import LoraCost
 from sim.cluster.medusa import MedusaHeads
+from sim.core.executor import InstanceInfo, Step, StepResult, modelled_result
+from sim.cost.cost_model import RooflineCostModel, kv_dtype_bytes
+from sim.memory.kv_moves import TierLinks, tier_links
 
 
 class CostModelExecutor:

@@ -29,10 +29,10 @@ from dataclasses import fields, replace
 from typing import Any, Mapping
 
 from sim.cost.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
-from sim.util.errors import ConfigError
 from sim.cost.frontend import frontend_of
 from sim.cost.sampler_cost import check_sampler
 from sim.cost.score_buffer import score_buffer_of
+from sim.util.errors import ConfigError
 
 KINDS = ("roofline", "stage", "profile")  # cluster.cost_model.kind values
 CHOICE_KEYS = ("kind", "profiles", "params", "host", "frontend_s", "attention", "sampler",

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sim.cost.cost_model import DeploymentSpec
-from sim.util.errors import ConfigError
 from sim.core.executor import Step
+from sim.cost.cost_model import DeploymentSpec
 from sim.models.catalog import resolve_model
+from sim.util.errors import ConfigError
 
 
 def draft_deployment(target: DeploymentSpec, draft_model: str) -> DeploymentSpec:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.measured.calibrated import fitted_cost_model
 from sim.cluster.spec import deployment_names
-from sim.util.errors import ConfigError
 from sim.cost.frontend import KEY, WHERE, frontend_of
+from sim.measured.calibrated import fitted_cost_model
+from sim.util.errors import ConfigError
 
 
 def cluster_frontend_s(cluster: Any) -> float:

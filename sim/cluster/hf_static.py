@@ -31,11 +31,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from sim.cluster.hf_continuous import execute_mixed, mixed_shape
+from sim.core.executor import InstanceInfo, Step, StepResult, modelled_result
 from sim.cost.cost_model import ACT_DTYPE_BYTES, GIB, DeploymentSpec, weight_dtype_bytes
 from sim.util.errors import ConfigError, check_fraction, check_positive
-from sim.core.executor import InstanceInfo, Step, StepResult, modelled_result
 from sim.util.field_types import check_fields
-from sim.cluster.hf_continuous import execute_mixed, mixed_shape
 
 ENGINE_KINDS = ("paged", "hf_static")  # cluster.engine.kind values; {} means paged
 FP16_COPY_BYTES = 2 * ACT_DTYPE_BYTES  # a dequantized weight: written once, read once (fp16)

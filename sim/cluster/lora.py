@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from sim.cost.deployment import ACT_DTYPE_BYTES, DeploymentSpec
-from sim.util.errors import ConfigError
 from sim.core.executor import Step
+from sim.cost.deployment import ACT_DTYPE_BYTES, DeploymentSpec
 from sim.memory.kv_transfer import Link
+from sim.util.errors import ConfigError
 
 NO_ADAPTER = -1  # `Step.lora_ids` entry of a row served by the base model
 TARGET_MODULES = ("attention", "all")  # q, k, v, o | those and the MLP's gate, up, down

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.core.executor import Step
 from sim.cost.deployment import ACT_DTYPE_BYTES, DeploymentSpec
 from sim.util.errors import ConfigError
-from sim.core.executor import Step
 
 MAX_MEDUSA_HEADS = 16  # heads; Medusa trains 4-5, a sanity bound
 

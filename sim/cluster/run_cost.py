@@ -16,8 +16,8 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from sim.util.errors import ConfigError
 from sim.hardware.gpu_costs import default_cost
+from sim.util.errors import ConfigError
 
 POWER_KEYS = ("idle_w", "busy_w")  # cluster.power keys: watts per GPU
 SECONDS_PER_HOUR = 3600.0  # seconds
@@ -99,8 +99,8 @@ def run_cost_summary(cluster: Any, records: pd.DataFrame, instances: pd.DataFram
                      duration_s: float) -> dict[str, float]:
     """COST_KEYS of a run of `cluster` (a sim.cluster.spec.ClusterSpec) from its records and its
     instances table (`gpu_busy_s` per instance, in instance order)."""
-    from sim.hardware.gpu_file import resolve_gpu
     from sim.cluster.heterogeneous import instance_specs
+    from sim.hardware.gpu_file import resolve_gpu
 
     gpus = [(resolve_gpu(one.gpu).name, one.tensor_parallel) for one in instance_specs(cluster)]
     done = records.loc[records["status"] == "finished", ["prompt_tokens", "output_tokens"]]

@@ -3,7 +3,7 @@
 `backend: sim` (default) models step times with the roofline cost model, or with a calibrated
 one when `cost_model: {calibration: FILE}` names a `python -m real.calibrate` file
 (`sim/measured/calibrated.py`); `backend: real` runs the torch engine (`real/`, options in `real:`), whose
-builder `experiments.executors.build_executors` passes in (sim/ imports nothing from real/).
+builder `experiments.config.backend.build_executors` passes in (sim/ imports nothing from real/).
 `gpu` names a built-in GPU or a GPU file (`sim/hardware/gpu_file.py`, docs/hardware.md).
 """
 
@@ -12,17 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Mapping
 
-from sim.cost.cost_model import CostModelConfig
 from sim.cluster.cost_model_choice import CHOICE_KEYS
-from sim.util.errors import ConfigError, check_fraction, check_positive
-from sim.util.field_types import check_fields
 from sim.cluster.heterogeneous import build_heterogeneous, normalize_instances
 from sim.cluster.hf_static import check_hf_static_cluster, engine_kind, hf_static_params
+from sim.cluster.run_cost import check_cost_options
+from sim.cost.cost_model import CostModelConfig
+from sim.cost.overhead import SchedulingOverhead, build_overhead
+from sim.engine.limits import resolve_max_model_len
 from sim.memory.kv_moves import DEFAULT_HOST_LINK, DEFAULT_REMOTE_LINK
 from sim.memory.kv_transfer import link_preset
-from sim.engine.limits import resolve_max_model_len
-from sim.cost.overhead import SchedulingOverhead, build_overhead
-from sim.cluster.run_cost import check_cost_options
+from sim.util.errors import ConfigError, check_fraction, check_positive
+from sim.util.field_types import check_fields
 
 BACKENDS = ("sim", "real")  # cost model | the real torch engine
 
@@ -126,13 +126,13 @@ def build_executors(spec: ClusterSpec,
                     real: Callable[[ClusterSpec], list] | None = None) -> list:
     """One executor per instance: cost-model ones share one immutable cost model. `backend:
     real` needs the torch engine's builder `real` (sim/ does not import real/): use
-    experiments.executors.build_executors, which passes it."""
+    experiments.config.backend.build_executors, which passes it."""
     if spec.instances:
         return build_heterogeneous(spec, build_executors)
     if spec.backend == "real":
         if real is None:
             raise ConfigError("cluster.backend", spec.backend, "the torch engine's executors are "
-                              "built by experiments.executors.build_executors")
+                              "built by experiments.config.backend.build_executors")
         return real(spec)
     if "calibration" in spec.cost_model:  # (never with engine hf_static: __post_init__)
         from sim.measured.calibrated import build_calibrated_executors, fitted_cost_model
@@ -142,9 +142,9 @@ def build_executors(spec: ClusterSpec,
             return build_calibrated_executors(spec.cost_model, spec.num_instances)
         spec = replace(spec, cost_model=fitted)  # servesim calibrate: the fitted options
     from sim.cluster.cost_executor import CostModelExecutor
-    from sim.cost.cost_model import DeploymentSpec
     from sim.cluster.cost_model_choice import build_cost_model
     from sim.cluster.draft import build_draft
+    from sim.cost.cost_model import DeploymentSpec
     from sim.hardware.gpu_file import resolve_gpu
     from sim.memory.kv_moves import tier_links
     from sim.models.catalog import resolve_model

@@ -15,7 +15,7 @@ profile and derived for the other GPUs by the same rules as the rest of the set:
                    tokens, 40 decode batches): prefill at 0.16-0.19 of peak, 3x slower than the
                    FlashInfer rows on the same shapes, no KV-prefix rows.
 
-A profile chooses: `experiments.fidelity` reports a profile whose attention.csv names its
+A profile chooses: `experiments.fidelity.main` reports a profile whose attention.csv names its
 backend (Vidur's `attention_backend` column) against that backend's set, and `--attention NAME`
 names one. Torch-free, no state.
 """
@@ -26,10 +26,10 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Mapping
 
-from sim.util.errors import ConfigError
 from sim.cost.gpu_params import A100_80GB_PARAMS, A100_REF, derive_params
-from sim.hardware.gpus import GPUSpec
 from sim.cost.stage_params import StageParams
+from sim.hardware.gpus import GPUSpec
+from sim.util.errors import ConfigError
 
 ATTENTION_FIELDS = ("attn_prefill_eff", "attn_prefill_half_tokens", "attn_prefill_fixed_s",
                     "attn_prefill_key_s", "attn_prefill_split_rows", "attn_decode_eff_small",

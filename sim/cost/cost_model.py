@@ -26,14 +26,14 @@ from typing import Sequence
 
 import numpy as np
 
+from sim.core.run_ends import ends_of
 from sim.cost.deployment import (  # noqa: F401 (re-exported: the names cost models import)
     ACT_DTYPE_BYTES, FIXED_RESERVE_BYTES, GIB, KV_DTYPE_BYTES, PROFILE_SEQS, PROFILE_TOKENS,
     QUANT_GROUP_SIZE, WEIGHT_DTYPE_BYTES, DeploymentSpec, default_activation_reserve,
     kv_dtype_bytes, weight_dtype_bytes)
-from sim.util.errors import ConfigError, check_fraction, check_positive
-from sim.hardware.gpus import dense_peak_flops
 from sim.cost.moe_cost import RooflineMoE
-from sim.core.run_ends import ends_of
+from sim.hardware.gpus import dense_peak_flops
+from sim.util.errors import ConfigError, check_fraction, check_positive
 
 @dataclass(frozen=True, slots=True)
 class CostModelConfig:

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from sim.util.errors import ConfigError, check_fraction, check_positive
+from sim.cost.moe_cost import check_expert_parallel
 from sim.hardware.gpus import GPUSpec, check_weight_dtype_fits
 from sim.models.catalog import ModelSpec
-from sim.cost.moe_cost import check_expert_parallel
+from sim.util.errors import ConfigError, check_fraction, check_positive
 
 GIB = 2**30  # bytes per GiB
 QUANT_GROUP_SIZE = 128  # weights sharing one fp16 scale in int8/int4 weight-only quantization

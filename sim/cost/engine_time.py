@@ -35,12 +35,12 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from sim.util.errors import ConfigError, check_positive
-from sim.cost.graph_plan import mixed_graph_tokens
 from sim.core.executor import Step
+from sim.cost.graph_plan import mixed_graph_tokens
+from sim.cost.split_kv import longest_split_tokens
 from sim.hardware.gpus import GPUSpec
 from sim.models.catalog import ModelSpec
-from sim.cost.split_kv import longest_split_tokens
+from sim.util.errors import ConfigError, check_positive
 
 DECODE_KV_MODES = ("paged", "padded")
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}

@@ -10,7 +10,7 @@ Llama-3-8B on A100 (adi-anirudh/vidur_hbf_hbm_backend, data/profiling/compute/a1
 Meta-Llama-3-8B/attention.csv: prefill chunks 64..16128 over KV prefixes 0..16240, decode
 batches 1..200 over 32..15872 tokens), and describe that kernel (`sim/cost/attention_kernels.py` keeps
 the earlier set, fitted on the shared sample's FLASH_ATTENTION rows). H100-80GB is FITTED the
-same way (`python -m experiments.fit_gpu`) on Vidur's measured H100 profile
+same way (`python -m experiments.fidelity.fit_gpu`) on Vidur's measured H100 profile
 (github.com/microsoft/vidur, data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv
 TP-1 rows and data/profiling/network/h100_dgx/all_reduce.csv); its attention rows are stored with
 Git LFS and were not reachable, so its attention terms are derived from the A100
@@ -47,9 +47,9 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Mapping
 
-from sim.util.errors import ConfigError
-from sim.hardware.gpus import GB, GPUS, MIB, PCIE_LATENCY_S, TFLOPS, GPUSpec, get_gpu
 from sim.cost.stage_params import AllReduceParams, StageParams
+from sim.hardware.gpus import GB, GPUS, MIB, PCIE_LATENCY_S, TFLOPS, GPUSpec, get_gpu
+from sim.util.errors import ConfigError
 
 # L40S (not in sim/hardware/gpus.py this round): 48 GB GDDR6 (46068 MiB as nvidia-smi reports it),
 # 864 GB/s, 362 TFLOP/s dense fp16/bf16 tensor (733 with sparsity), 91.6 TFLOP/s fp32, PCIe 4.0

@@ -39,9 +39,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
-from sim.util.errors import ConfigError
-from sim.hardware.gpus import NVLINK_LATENCY_S, GPUSpec
 from sim.cost.stage_params import AllReduceParams, StageParams
+from sim.hardware.gpus import NVLINK_LATENCY_S, GPUSpec
+from sim.util.errors import ConfigError
 
 HOST_PRESETS = ("vllm", "legacy", "eager", "params")  # cluster.cost_model.host values
 DEFAULT_HOST = "vllm"  # today's vLLM (the module docstring says why)

@@ -26,11 +26,11 @@ import math
 
 import numpy as np
 
-from sim.util.errors import ConfigError
-from sim.hardware.gpus import GPUSpec
-from sim.models.catalog import ModelSpec
 from sim.cost.moe_routing import (busiest_rank_distinct, busiest_rank_rows, expected_max_normal,
                              inclusion_probabilities, popularity)
+from sim.hardware.gpus import GPUSpec
+from sim.models.catalog import ModelSpec
+from sim.util.errors import ConfigError
 
 # Zipf exponent of expert popularity, at most (dimensionless). Fits to measured MoE expert loads
 # give exponents of about 0.5-2 (docs/moe.md uses 1.0); at 64 the most popular expert already

@@ -26,9 +26,9 @@ from __future__ import annotations
 from typing import Callable
 
 from sim.cost.cost_model import ACT_DTYPE_BYTES, DeploymentSpec, weight_dtype_bytes
-from sim.hardware.gpus import dense_peak_flops
 from sim.cost.moe_cost import MoEPlan, alltoall_seconds, tokens_per_expert
 from sim.cost.stage_params import StageParams
+from sim.hardware.gpus import dense_peak_flops
 
 Gemm = tuple[float, float, float]  # (FLOPs per row, weight bytes, activation bytes per row)
 

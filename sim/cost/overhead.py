@@ -39,8 +39,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from sim.util.errors import ConfigError
 from sim.core.executor import Executor, Step, StepResult, modelled_result
+from sim.util.errors import ConfigError
 from sim.util.jsonfile import read_json_object
 
 MODES = ("serial", "async")  # host time before the GPU | overlapped with the previous iteration

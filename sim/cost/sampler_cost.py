@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from sim.util.errors import ConfigError, check_positive
 from sim.cost.stage_params import StageParams
+from sim.util.errors import ConfigError, check_positive
 
 SAMPLERS = ("flat", "fused", "hf")  # cluster.cost_model.sampler values
 DEFAULT_SAMPLER = "flat"  # the estimate of every figure before issue 31 (module docstring)

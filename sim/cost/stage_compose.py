@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost.cost_model import ACT_DTYPE_BYTES
-from sim.util.errors import ConfigError
-from sim.models.catalog import ModelSpec
-from sim.cost.stage_times import StageTimes
 from sim.core.step_shape import BatchShape, shape_from_sums
+from sim.cost.cost_model import ACT_DTYPE_BYTES
+from sim.cost.stage_times import StageTimes
+from sim.models.catalog import ModelSpec
+from sim.util.errors import ConfigError
 
 
 class ComposedCostModel:

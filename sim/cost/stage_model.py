@@ -27,15 +27,15 @@ from typing import Sequence
 
 import numpy as np
 
-from sim.cost.cost_model import ACT_DTYPE_BYTES, DeploymentSpec, kv_dtype_bytes, weight_dtype_bytes
-from sim.hardware.gpus import dense_peak_flops
-from sim.cost.moe_stage import MoEStageTerms
 from sim.core.run_ends import ends_of
+from sim.core.step_shape import split_from_sums
+from sim.cost.cost_model import ACT_DTYPE_BYTES, DeploymentSpec, kv_dtype_bytes, weight_dtype_bytes
+from sim.cost.moe_stage import MoEStageTerms
 from sim.cost.sampler_cost import LOGIT_BYTES
 from sim.cost.score_buffer import ScoreBuffer, ScoreTerms
 from sim.cost.stage_attention import AttentionTerms
 from sim.cost.stage_params import StageParams
-from sim.core.step_shape import split_from_sums
+from sim.hardware.gpus import dense_peak_flops
 
 
 class StageCostModel:

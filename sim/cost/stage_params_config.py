@@ -6,7 +6,7 @@
     cluster.cost_model: {kind: profile, profiles: DIR, cpu_step_s: 4e-3}   # the stage fallback
     cluster.cost_model: {kind: stage, sampler: hf}        # sampler: sim/cost/sampler_cost.py
 
-A parameter file (`python -m experiments.fit_gpu` writes one) is data, read with
+A parameter file (`python -m experiments.fidelity.fit_gpu` writes one) is data, read with
 `sim.util.jsonfile.read_json_object`: either an object whose `stage_params` section holds every
 StageParams field, or an object holding the fields itself (`format`, `version`, `source`,
 `errors` keys are then ignored). `allreduce` is an object of three equal-length lists
@@ -20,12 +20,12 @@ import math
 from dataclasses import fields, replace
 from typing import Any, Callable, Mapping
 
-from sim.util.errors import ConfigError
-from sim.hardware.gpus import GPUSpec
 from sim.cost.host_presets import apply_host, host_preset
-from sim.util.jsonfile import read_json_object
 from sim.cost.sampler_cost import with_sampler
 from sim.cost.stage_params import EFFICIENCY_FIELDS, ZERO_OK_FIELDS, AllReduceParams, StageParams
+from sim.hardware.gpus import GPUSpec
+from sim.util.errors import ConfigError
+from sim.util.jsonfile import read_json_object
 
 WHERE = "cluster.cost_model"  # the config field the options live in
 PARAMS_KEY = "params"  # cost_model key naming a StageParams JSON file

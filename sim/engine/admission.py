@@ -26,8 +26,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from sim.util.errors import ConfigError
 from sim.core.request import (ADMISSION_RATE, PREDICTED_WAIT, QUEUE_FULL, Request, RequestStatus)
+from sim.util.errors import ConfigError
 
 DEFAULT_WINDOW_S = 10.0  # seconds of completions the predicted wait reads
 

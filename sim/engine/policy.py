@@ -19,8 +19,8 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 
 from sim.core.executor import InstanceInfo, Step, StepResult
-from sim.records.recorder import Recorder
 from sim.core.request import Request
+from sim.records.recorder import Recorder
 
 
 @dataclass(frozen=True)

@@ -13,20 +13,20 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from sim.engine.admission import AdmissionConfig, AdmissionControl
-from sim.metrics.class_metrics import class_summary
-from sim.engine.simulation import Simulation
 from sim.core.executor import Executor, info_of
 from sim.cost.frontend import add_frontend
-from sim.metrics.host_timing import host_summary
-from sim.records.instance_stats import InstanceStats
-from sim.engine.limits import resolve_max_model_len
-from sim.metrics.summary import instance_frame, records_frame, summarize
 from sim.cost.overhead import SchedulingOverhead
+from sim.engine.admission import AdmissionConfig, AdmissionControl
+from sim.engine.limits import resolve_max_model_len
 from sim.engine.policy import PolicyFactory
+from sim.engine.request_source import TraceRequests
+from sim.engine.simulation import Simulation
+from sim.metrics.class_metrics import class_summary
+from sim.metrics.host_timing import host_summary
+from sim.metrics.summary import instance_frame, records_frame, summarize
+from sim.records.instance_stats import InstanceStats
 from sim.records.record_log import RecordLog
 from sim.records.recorder import Recorder
-from sim.engine.request_source import TraceRequests
 
 
 @dataclass

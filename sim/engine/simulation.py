@@ -32,17 +32,17 @@ from typing import Callable, Sequence
 
 import simpy
 
-from sim.engine.admission import AdmissionControl
-from sim.util.errors import ConfigError
 from sim.core.executor import Executor, bad_step_time
-from sim.engine.gc_pace import paced_gc
-from sim.records.instance_stats import InstanceStats
-from sim.cost.overhead import OverheadClock, SchedulingOverhead
-from sim.engine.policy import Policy
-from sim.records.recorder import Recorder
 from sim.core.request import Request, RequestStatus
+from sim.cost.overhead import OverheadClock, SchedulingOverhead
+from sim.engine.admission import AdmissionControl
+from sim.engine.gc_pace import paced_gc
+from sim.engine.policy import Policy
 from sim.engine.request_source import RequestSource, as_source
 from sim.engine.timeouts import Timeouts
+from sim.records.instance_stats import InstanceStats
+from sim.records.recorder import Recorder
+from sim.util.errors import ConfigError
 
 
 class SimulationStuck(RuntimeError):

@@ -22,8 +22,8 @@ from typing import Callable
 import simpy
 
 from sim.core.executor import Step
-from sim.engine.policy import Policy
 from sim.core.request import Request, RequestStatus
+from sim.engine.policy import Policy
 
 
 class Timeouts:

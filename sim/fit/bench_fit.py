@@ -40,13 +40,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from sim.cluster.spec import ClusterSpec
+from sim.engine.policy import PolicyFactory
 from sim.fit.bench_frontend import best_frontend
 from sim.fit.bench_params import (DEFAULT_FIT, FIT_PARAMS, FRONTEND, STAGE_DEFAULT_FIT,
                               STAGE_FIT_PARAMS, FitParam, FitSpace, fit_space)
 from sim.fit.bench_replay import ErrorStats, check_factory, check_trace, error_stats, finished, replay
-from sim.cluster.spec import ClusterSpec
 from sim.util.errors import ConfigError
-from sim.engine.policy import PolicyFactory
 
 __all__ = ["BenchFit", "DEFAULT_FIT", "FIT_PARAMS", "STAGE_DEFAULT_FIT", "STAGE_FIT_PARAMS",
            "FitParam", "fit_bench", "quantile_bins"]

@@ -15,8 +15,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from sim.fit.bench_replay import finished
 from sim.cost.frontend import MAX_FRONTEND_S
+from sim.fit.bench_replay import finished
 
 
 def ttft_sums(trace: pd.DataFrame, records: pd.DataFrame, bins: np.ndarray, frontend_s: float

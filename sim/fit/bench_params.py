@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from sim.cluster.spec import ClusterSpec
 from sim.cluster.cost_model_choice import CHOICE_KEYS, cost_model_kind, roofline_config
+from sim.cluster.spec import ClusterSpec
 from sim.util.errors import ConfigError
 
 
@@ -98,8 +98,8 @@ def fit_space(cluster: ClusterSpec) -> FitSpace:
         start = {k: float(getattr(base, k)) for k in FIT_PARAMS}
         return FitSpace("roofline", FIT_PARAMS, start, DEFAULT_FIT, STEP_FIELD["roofline"])
     from sim.cost.gpu_params import get_stage_gpu, stage_params_for
-    from sim.hardware.gpus import GPUSpec
     from sim.cost.stage_params_config import resolve_stage_params
+    from sim.hardware.gpus import GPUSpec
 
     gpu = cluster.gpu if isinstance(cluster.gpu, GPUSpec) else get_stage_gpu(cluster.gpu)
     params = resolve_stage_params(lambda: stage_params_for(cluster.gpu), options, CHOICE_KEYS,

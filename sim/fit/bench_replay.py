@@ -20,11 +20,11 @@ import numpy as np
 import pandas as pd
 
 from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError
+from sim.cost.frontend import frontend_of
 from sim.cost.overhead import build_overhead
 from sim.engine.policy import PolicyFactory
-from sim.cost.frontend import frontend_of
 from sim.engine.simulate import RunResult, run_simulation
+from sim.util.errors import ConfigError
 
 MEASURED = ("measured_ttft_s", "measured_tpot_s")  # trace columns compared against (seconds)
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")  # what the replay simulates

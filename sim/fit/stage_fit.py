@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 
 from sim.cost.cost_model import DeploymentSpec
-from sim.util.errors import ConfigError
-from sim.hardware.gpus import GPUSpec
-from sim.models.catalog import ModelSpec
 from sim.cost.stage_model import StageCostModel
 from sim.cost.stage_params import AllReduceParams, StageParams
+from sim.hardware.gpus import GPUSpec
+from sim.models.catalog import ModelSpec
+from sim.util.errors import ConfigError
 
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 SMALL_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")

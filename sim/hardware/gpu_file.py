@@ -23,8 +23,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from sim.util.errors import ConfigError
 from sim.hardware.gpus import GB, TFLOPS, GPUSpec, get_gpu
+from sim.util.errors import ConfigError
 
 GPU_FILE_SUFFIXES = (".yaml", ".yml", ".json")  # a cluster.gpu ending so names a file
 MAX_GPU_FILE_BYTES = 2**20  # bytes: a larger GPU file is refused before it is read

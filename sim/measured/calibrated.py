@@ -25,12 +25,12 @@ from typing import Any, Mapping, Protocol
 
 import numpy as np
 
-from sim.measured.calibration_file import (WHERE, calibrated_engine, calibrated_roofline, fitted_options,
-                                  learned_model, profiled_int, read_calibration)
+from sim.core.executor import Step, StepResult, modelled_result
 from sim.cost.cost_model import RooflineCostModel
 from sim.cost.engine_shapes import ShapeCache, ShapeKey
+from sim.measured.calibration_file import (WHERE, calibrated_engine, calibrated_roofline, fitted_options,
+                                  learned_model, profiled_int, read_calibration)
 from sim.util.errors import ConfigError, check_positive
-from sim.core.executor import Step, StepResult, modelled_result
 from sim.util.jsonfile import int_value
 
 KINDS = ("roofline", "learned", "engine", "cost_model")  # cost_model: servesim calibrate's

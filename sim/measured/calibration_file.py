@@ -21,12 +21,12 @@ from typing import Any, Mapping, Sequence
 
 from sim.cost.cost_model import CostModelConfig, DeploymentSpec, RooflineCostModel
 from sim.cost.engine_time import EngineTimeModel, EngineTimeParams, EngineWork
-from sim.util.errors import ConfigError, check_keys
-from sim.util.file_kinds import EXPECTED_CALIBRATION, OLD_BENCH_CALIBRATION, describe_json
 from sim.hardware.gpus import GPUSpec
-from sim.util.jsonfile import int_value, read_json_object, section
 from sim.measured.learned_trees import TreeEnsemble, ensemble_from_dict
 from sim.models.catalog import ModelSpec
+from sim.util.errors import ConfigError, check_keys
+from sim.util.file_kinds import EXPECTED_CALIBRATION, OLD_BENCH_CALIBRATION, describe_json
+from sim.util.jsonfile import int_value, read_json_object, section
 
 WHERE = "cluster.cost_model.calibration"  # the config field that names a calibration file
 WHAT = "calibration file"

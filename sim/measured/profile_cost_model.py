@@ -22,11 +22,11 @@ import math
 import numpy as np
 
 from sim.cost.cost_model import DeploymentSpec
-from sim.util.errors import ConfigError
-from sim.measured.profile_tables import ProfileTables
 from sim.cost.stage_compose import ComposedCostModel
 from sim.cost.stage_times import StageTimes
+from sim.measured.profile_tables import ProfileTables
 from sim.measured.table_interp import LogLogCurve, ScatterGrid
+from sim.util.errors import ConfigError
 
 ALLREDUCE_LAUNCH_S = 20e-6  # seconds of CPU launch per all-reduce: Vidur's
 # nccl_cpu_launch_overhead_ms = 0.02 (its tables time the GPU side only)

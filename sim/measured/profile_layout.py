@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.util.errors import ConfigError
 from sim.hardware.gpus import get_gpu
 from sim.models.catalog import get_model
+from sim.util.errors import ConfigError
 
 ATTENTION_FILES = ("attention.csv", "attention_sample.csv")  # first present is read
 PREFERRED_TOPOLOGY = "dgx"  # chosen among several <gpu>_<topology> folders when none is named

@@ -24,10 +24,10 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from sim.util.errors import ConfigError, TraceError
 from sim.measured.profile_csv import (MS, bool_column, integer_column, median_by, numeric_column,
                              read_profile_csv, require_columns, stat_column, warn_unknown_ops)
 from sim.measured.profile_layout import ProfileFiles, locate_profiles
+from sim.util.errors import ConfigError, TraceError
 
 # ops of one layer outside attention (Vidur's mlp.csv), summed into dense seconds
 DENSE_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",

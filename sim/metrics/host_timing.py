@@ -4,7 +4,7 @@ A simulation's results depend only on its inputs: two runs of one config give th
 steps and summary to the bit. The only wall-clock measurement the engine takes is the policy's
 host time (`policy.next_step` + `policy.update`, `time.perf_counter`, sim/engine/simulation.py): the steps
 table's `policy_host_s` column in memory, and this module's `host_summary` of the instances.
-It is not in the run summary. experiments/host_files.py writes it, with the run's wall time,
+It is not in the run summary. experiments/files/host_files.py writes it, with the run's wall time,
 into each run's `host_timing.json` / `host_timing.parquet`, the files two identical runs differ
 in; `real.calibrate --scheduling` fits the scheduling overhead to `host_timing.parquet`.
 """

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.util.errors import ConfigError
 from sim.core.request import EXCEEDS_BATCH_TOKENS, EXCEEDS_KV, EXCEEDS_MAX_TOKENS, PROMPT_TOO_LONG
+from sim.util.errors import ConfigError
 
 UNSERVABLE = (PROMPT_TOO_LONG, EXCEEDS_KV, EXCEEDS_BATCH_TOKENS, EXCEEDS_MAX_TOKENS)  # reasons
 # a request is rejected for whatever the load: it never queues, so it is no shortfall

@@ -14,11 +14,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from sim.core.request import Request
 from sim.records import gap_stats
 from sim.records.instance_stats import InstanceStats
 from sim.records.record_log import record_columns
 from sim.records.recorder import Recorder
-from sim.core.request import Request
 
 RECORD_COLUMNS = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "status",
                   "instance_id", "scheduled_s", "first_token_s", "finish_s", "num_preemptions",

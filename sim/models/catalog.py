@@ -15,15 +15,15 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from sim.models.builtin_models import ALIASES, BUILTIN_MODELS
-from sim.util.errors import ConfigError
 from sim.models.falcon_config import falcon_parallel_attn, is_falcon, with_falcon_defaults
 from sim.models.hf_config import (CONTEXT_KEYS, FIELD as HF_FIELD, MOE_LAYOUTS,
                             check_moe_representable, check_representable,
                             check_some_moe_layer, config_file, read_config)
-from sim.util.jsonfile import int_value
 from sim.models.model_spec import ModelSpec
 from sim.models.moe import MLASpec
 from sim.models.moe_config import mla_from_config, moe_from_config
+from sim.util.errors import ConfigError
+from sim.util.jsonfile import int_value
 
 __all__ = ["MODELS", "ModelSpec", "get_model", "model_config_file", "model_from_config_dict",
            "model_from_hf_config", "resolve_model"]
@@ -120,7 +120,7 @@ def model_from_config_dict(cfg: Mapping[str, Any], name: str,
 
 def model_config_file(name_or_path: str | Path) -> Path | None:
     """The file a `cluster.model` value reads (None: a built-in name); the one resolution the
-    model and the run identity (experiments/resume.py) share (`sim.models.hf_config.config_file`)."""
+    model and the run identity (experiments/files/resume.py) share (`sim.models.hf_config.config_file`)."""
     if _lookup(str(name_or_path)) is not None:
         return None
     return config_file(name_or_path)

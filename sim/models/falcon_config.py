@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sim.util.errors import ConfigError
 from sim.models.hf_config import CONTEXT_KEYS, FIELD
+from sim.util.errors import ConfigError
 from sim.util.jsonfile import int_value
 
 FALCON_MODEL_TYPES = frozenset({"falcon", "refinedweb", "refinedwebmodel"})  # lowercase

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.util.errors import ConfigError, check_positive
 from sim.models.moe import MLASpec, MoESpec
+from sim.util.errors import ConfigError, check_positive
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sim.util.errors import ConfigError
 from sim.models.hf_config import FIELD
-from sim.util.jsonfile import int_value
 from sim.models.moe import MLASpec, MoESpec
+from sim.util.errors import ConfigError
+from sim.util.jsonfile import int_value
 
 
 def _get_int(cfg: Mapping[str, Any], key: str, default: int | None = None) -> int:

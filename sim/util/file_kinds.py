@@ -42,7 +42,7 @@ def describe_json(data: Any) -> str:
     if {"engine", "decode", "prefill"} <= keys:
         return "a real-engine benchmark (`python -m benchmarks.real_engine`), not a serving one"
     if data.get("format") == "servesim.stage_params":
-        return "a stage parameter file (`python -m experiments.fit_gpu`)"
+        return "a stage parameter file (`python -m experiments.fidelity.fit_gpu`)"
     if "architectures" in keys or "hidden_size" in keys:
         return "a model config.json"
     shown = ", ".join(sorted(map(str, keys))[:6]) or "none"

@@ -2,7 +2,7 @@
 
 Before: `peak_buckets` allocated one int64 per second of the run's span and several arrays of
 one entry per output token: a valid 28-year trace simulated, then died asking for 6.6 GiB per
-array when bench.json was written. Now the peaks are a sweep (experiments/bench_peaks.py) whose
+array when bench.json was written. Now the peaks are a sweep (experiments/bench/peaks.py) whose
 arrays are bounded by WINDOW_BUCKETS and CHUNK_TOKENS whatever the span and token count; the
 allocation bound is asserted with tracemalloc (numpy reports each array buffer to it), and the
 numbers are checked against the former whole-span computation, kept here as the reference.
@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.bench_peaks import CHUNK_TOKENS, WINDOW_BUCKETS, peak_buckets
+from experiments.bench.peaks import CHUNK_TOKENS, WINDOW_BUCKETS, peak_buckets
+from experiments.bench.vllm_bench import BenchOptions, write_bench
 from experiments.run import main
-from experiments.vllm_bench import BenchOptions, write_bench
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
 from traces.synthetic import SyntheticConfig, synthetic_trace

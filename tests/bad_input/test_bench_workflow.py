@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from experiments.bench_synth import main as synth_main
+from experiments.bench.synth import main as synth_main
 from experiments.run import main as run_main
-from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError, TraceError
 from sim.cluster.frontend_run import cluster_frontend_s
+from sim.cluster.spec import ClusterSpec, build_executors
 from sim.hardware.gpu_file import resolve_gpu
 from sim.models.catalog import resolve_model
+from sim.util.errors import ConfigError, TraceError
 from traces.bench_results import read_bench_result
 from traces.registry import load_trace
 
@@ -166,7 +166,7 @@ def test_bench_synth_names_the_bad_value(tmp_path, capsys, argv, message) -> Non
 
 
 def test_calibrate_refuses_a_calibration_file(tmp_path, capsys) -> None:
-    from experiments.bench_calibrate import main as calibrate_main
+    from experiments.bench.calibrate import main as calibrate_main
 
     cal = write(tmp_path, "cal.json", calibration())
     assert calibrate_main([str(cal), "--out", str(tmp_path / "out.json")]) == 2
@@ -175,7 +175,7 @@ def test_calibrate_refuses_a_calibration_file(tmp_path, capsys) -> None:
 
 
 def test_calibrate_names_an_out_it_cannot_write(tmp_path, capsys) -> None:
-    from experiments.bench_calibrate import main as calibrate_main
+    from experiments.bench.calibrate import main as calibrate_main
 
     bench = write(tmp_path, "bench.json", SMALL_BENCH)
     (tmp_path / "folder").mkdir()
@@ -185,7 +185,7 @@ def test_calibrate_names_an_out_it_cannot_write(tmp_path, capsys) -> None:
 
 
 def test_retime_vllm_keys_name_the_field() -> None:
-    from experiments.workload_config import trace_from_dict
+    from experiments.config.workload import trace_from_dict
     from traces.bench_arrivals import vllm_retime
 
     with pytest.raises(ConfigError, match="only with retime: gamma or vllm") as err:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.config import PolicyEntry, experiment_from_dict
-from experiments.config_checks import build
-from experiments.config_load import apply_overrides, load_config, load_yaml_file
+from experiments.config.checks import build
+from experiments.config.experiment import PolicyEntry, experiment_from_dict
+from experiments.config.load import apply_overrides, load_config, load_yaml_file
+from experiments.config.yaml_strict import MAX_NODES, load_yaml
 from experiments.run import main
-from experiments.yaml_strict import MAX_NODES, load_yaml
 from policies.registry import get_policy, make_config, policy_names
 from sim.cluster.spec import ClusterSpec
 from sim.util.errors import ConfigError

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from experiments import run
-from experiments.checks import check_cluster
-from experiments.config import experiment_from_dict
+from experiments.config.experiment import experiment_from_dict
+from experiments.config.preflight import check_cluster
 from sim.cluster.spec import ClusterSpec
 from sim.util.errors import ConfigError
 

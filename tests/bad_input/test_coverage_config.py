@@ -11,11 +11,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments import capacity, run, validate
-from experiments.checks import check_cluster
-from experiments.config import experiment_from_dict
-from experiments.config_load import load_config
-from experiments.validate import load_validation_config
+from experiments import run
+
+from experiments.capacity import main as capacity
+
+from experiments.config.experiment import experiment_from_dict
+from experiments.config.load import load_config
+from experiments.config.preflight import check_cluster
+from experiments.validate import main as validate
+from experiments.validate.main import load_validation_config
 from sim.util.errors import ConfigError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
@@ -104,7 +108,7 @@ def test_a_real_section_under_backend_sim_still_passes_when_valid():
     assert cfg.cluster.real and check_cluster(cfg.cluster) == []
 
 
-# ---- a capacity search's config (experiments.capacity) ----------------------------------------
+# ---- a capacity search's config (experiments.capacity.main) ----------------------------------------
 def test_capacity_refuses_a_trace_replayed_as_is(tmp_path, capsys):
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,20,6\n")
@@ -138,7 +142,7 @@ def test_a_config_that_is_not_a_readable_file_exits_2_naming_it(tmp_path, capsys
         assert "Traceback" not in err and not (tmp_path / "out").exists()
 
 
-# ---- the validate: section (experiments.validate) -------------------------------------------
+# ---- the validate: section (experiments.validate.main) -------------------------------------------
 def validation_config(tmp_path: Path, section: object) -> Path:
     raw = yaml.safe_load((CONFIGS / "validate_tiny_cpu.yaml").read_text(encoding="utf-8"))
     raw["validate"] = section
@@ -178,9 +182,9 @@ def test_the_shipped_validate_sections_still_load():
 @pytest.mark.parametrize("where", ["--calibration", "validate.calibration"])
 def test_a_missing_calibration_exits_2_before_the_engine_runs(tmp_path, capsys, monkeypatch,
                                                               where):
-    import experiments.executors
+    import experiments.config.backend
 
-    monkeypatch.setattr(experiments.executors, "build_executors",
+    monkeypatch.setattr(experiments.config.backend, "build_executors",
                         lambda *a, **k: pytest.fail("the engine was built"))
     missing = str(tmp_path / "calibration.json")
     section = {"calibration": missing} if where == "validate.calibration" else {}

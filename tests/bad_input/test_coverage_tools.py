@@ -11,9 +11,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments import cli, fidelity, magnus_ccb_breakdown, magnus_predictor_eval
-from experiments import magnus_table1, regression
+from experiments import cli
+
+from experiments.fidelity import main as fidelity
+
+from experiments.papers import magnus_ccb_breakdown
+
 from experiments.figures import magnus as magnus_figures
+from experiments.papers import magnus_predictor_eval
+from experiments.papers import magnus_table1
+from experiments import regression
 from real import calibrate, check_report
 
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.config import cluster_from_dict
+from experiments.config.experiment import cluster_from_dict
 from sim.cluster.spec import ClusterSpec, build_executors
 from sim.cost.cost_model import CostModelConfig
-from sim.util.errors import ConfigError
+from sim.cost.overhead import build_overhead
 from sim.hardware.gpus import get_gpu
 from sim.measured.learned_trees import FORMAT
 from sim.models.catalog import get_model, model_from_config_dict, resolve_model
-from sim.cost.overhead import build_overhead
+from sim.util.errors import ConfigError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hf_configs"
 CAL = "cluster.cost_model.calibration"

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from experiments.resume import file_digest, referenced_files
+from experiments.files.resume import file_digest, referenced_files
 from sim.compiled import (ENV, MANIFEST, MARKER, MARKER_TEXT, CompiledBuildError, check_build,
                           interpreter_tag, source_hash)
-from sim.util.errors import ConfigError
 from sim.models.catalog import get_model, model_config_file, model_from_config_dict, resolve_model
+from sim.util.errors import ConfigError
 from tests.factories import finishes
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.report import rejection_warnings, run_line
+from experiments.report.results import rejection_warnings, run_line
 from experiments.run import main
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError
-from sim.engine.limits import resolve_max_model_len
 from sim.core.request import LENGTH_CAPPED, PROMPT_TOO_LONG
+from sim.engine.limits import resolve_max_model_len
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, make_trace
 
 LLAMA2 = ClusterSpec(model="llama-2-7b", gpu="A100-80GB")  # context 4,096 tokens

@@ -21,11 +21,11 @@ import yaml
 from policies.disagg_config import DisaggConfig
 from policies.simulate import simulate
 from sim.cluster.spec import ClusterSpec, build_executors
-from sim.util.errors import ConfigError
 from sim.core.executor import Step, StepResult, StepTimeError
+from sim.cost.overhead import SchedulingOverhead
 from sim.hardware.gpu_file import read_gpu_file
 from sim.memory.kv_transfer import Link, MeasuredLink
-from sim.cost.overhead import SchedulingOverhead
+from sim.util.errors import ConfigError
 from tests.factories import LinearExecutor, make_trace
 
 GPU = {"name": "bounded", "memory_gib": 80, "hbm_bandwidth_gbps": 3350,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.resume import file_sha256
+from experiments.files.resume import file_sha256
 from tests.bad_input.test_sweep import RUN, SYNTH, count_runs, printed, sweep  # noqa: F401
 
 OTHER = "orca__rate2__seed0"  # SYNTH's other run: as many requests as RUN

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from experiments import run
-from experiments.outdir import check_dir_name, prepare_out_dir, run_dir
-from experiments.resume import RESULT_SCHEMA_VERSION
+from experiments.files.outdir import check_dir_name, prepare_out_dir, run_dir
+from experiments.files.resume import RESULT_SCHEMA_VERSION
 from experiments.run import load_config
-from experiments.sweep import check_finished, expand, run_hash
+from experiments.sweep.runner import check_finished, expand, run_hash
 from sim.util.errors import ConfigError
 
 TRACE = pd.DataFrame({"arrival_s": [0.0, 0.3, 0.6, 1.0, 1.5, 2.0],
@@ -100,7 +100,7 @@ def test_new_simulator_or_result_schema_is_rerun(tmp_path, capsys, monkeypatch, 
                                                  name, value, reason):
     out = tmp_path / "out"
     assert sweep(tmp_path, out) == 0
-    monkeypatch.setattr(f"experiments.sweep.{name}", value)
+    monkeypatch.setattr(f"experiments.sweep.runner.{name}", value)
     capsys.readouterr()
     assert sweep(tmp_path, out) == 0
     err = printed(capsys)
@@ -111,7 +111,7 @@ def test_new_simulator_or_result_schema_is_rerun(tmp_path, capsys, monkeypatch, 
 
 def test_edited_simulation_code_is_rerun(tmp_path, capsys, monkeypatch, count_runs):
     """A run is not reused after a change to sim/, policies/ or traces/ (same package version)."""
-    from experiments import resume
+    from experiments.files import resume
 
     out = tmp_path / "out"
     assert sweep(tmp_path, out) == 0
@@ -282,14 +282,14 @@ def test_run_directory_linked_outside_is_refused(tmp_path, capsys):
 
 def test_trace_changed_while_the_sweep_ran_is_refused(tmp_path, capsys, monkeypatch):
     raw = trace_config(tmp_path)
-    import experiments.sweep
-    real = experiments.sweep.write_run
+    import experiments.sweep.runner
+    real = experiments.sweep.runner.write_run
 
     def edit_after_first(run_dir, result, config, *measured):
         real(run_dir, result, config, *measured)
         TRACE.iloc[:4].to_csv(tmp_path / "t.csv", index=False)
 
-    monkeypatch.setattr(experiments.sweep, "write_run", edit_after_first)
+    monkeypatch.setattr(experiments.sweep.runner, "write_run", edit_after_first)
     out = tmp_path / "out"
     assert sweep(tmp_path, out, raw) == 2
     err = capsys.readouterr().err
@@ -298,7 +298,7 @@ def test_trace_changed_while_the_sweep_ran_is_refused(tmp_path, capsys, monkeypa
 
 
 def test_capacity_out_naming_a_file_is_a_clear_error(tmp_path, capsys):
-    from experiments.capacity import main as capacity_main
+    from experiments.capacity.main import main as capacity_main
     target = tmp_path / "capacity.txt"
     target.write_text("keep me")
     raw = dict(SYNTH, slo={"ttft_p90_s": 2.0})
@@ -309,7 +309,7 @@ def test_capacity_out_naming_a_file_is_a_clear_error(tmp_path, capsys):
 
 
 def test_capacity_write_failure_is_a_clear_error(tmp_path, capsys, monkeypatch):
-    from experiments.capacity import main as capacity_main
+    from experiments.capacity.main import main as capacity_main
 
     def refuse(self, path, *args, **kwargs):
         raise OSError(errno.ENOSPC, "full", str(path))
@@ -325,7 +325,7 @@ def test_capacity_write_failure_is_a_clear_error(tmp_path, capsys, monkeypatch):
 
 
 def test_files_a_cluster_reads_are_in_its_identity(tmp_path):
-    from experiments.resume import referenced_files
+    from experiments.files.resume import referenced_files
 
     params = tmp_path / "params.json"
     params.write_text('{"cpu_step_s": 0.001}')

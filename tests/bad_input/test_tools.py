@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments.bench_calibrate import main as calibrate_main
-from experiments.fidelity_e2e import main as fidelity_main
-from experiments.fidelity_e2e import read_perf_rows
+from experiments.bench.calibrate import main as calibrate_main
+from experiments.fidelity.e2e import main as fidelity_main
+from experiments.fidelity.e2e import read_perf_rows
 from sim.fit.bench_fit import fit_bench
 from sim.fit.bench_replay import check_trace, usable_rows
 from sim.util.errors import ConfigError

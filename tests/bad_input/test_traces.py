@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from experiments import run
-from experiments.config import experiment_from_dict
-from experiments.sweep import preload
+from experiments.config.experiment import experiment_from_dict
+from experiments.sweep.runner import preload
 from policies.simulate import simulate
 from sim.util.errors import ConfigError, TraceError
 from tests.factories import LinearExecutor, make_trace

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from experiments.run import load_config
-from experiments.sweep import expand, run_identity
-from experiments.workload import load_base_trace, trace_path
+from experiments.sweep.runner import expand, run_identity
+from experiments.sweep.workload import load_base_trace, trace_path
 from policies.simulate import simulate
 from sim.util.errors import TraceError
 from tests.factories import LinearExecutor, finishes, make_trace

@@ -14,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.outdir import ResultsWriteError, atomic_write
-from experiments.outlock import LOCK_FILE, locked
-from experiments.report import write_json
+from experiments.files.outdir import ResultsWriteError, atomic_write
+from experiments.files.outlock import LOCK_FILE, locked
+from experiments.report.results import write_json
 from tests.bad_input.test_sweep import RUN, SYNTH, count_runs, printed, sweep  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def test_a_link_planted_at_the_temporary_name_is_never_followed(tmp_path, monkey
     planted.symlink_to(victim)
     (tmp_path / "summary.json.tmp").symlink_to(victim)  # the name the old writer used
     names = iter(["aaaa", "bbbb"])
-    monkeypatch.setattr("experiments.outdir.secrets.token_hex", lambda n: next(names))
+    monkeypatch.setattr("experiments.files.outdir.secrets.token_hex", lambda n: next(names))
     write_json(target, {"a": 1})
     assert json.loads(target.read_text()) == {"a": 1} and not target.is_symlink()
     assert victim.read_text() == "keep me"
@@ -182,7 +182,7 @@ def test_a_second_sweep_into_a_held_folder_is_refused_by_name(tmp_path, capsys, 
 HOLDER = """
 import sys
 from pathlib import Path
-from experiments.outlock import locked
+from experiments.files.outlock import locked
 
 with locked(Path(sys.argv[1])) as lock:
     lock.claim("holder", None)

@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 import sim.records.gap_stats as gap_stats
 import sim.records.recorder as recorder_module
 from policies.registry import policy_factory
+from sim.engine.request_source import TraceRequests
+from sim.engine.simulate import run_simulation
 from sim.engine.simulation import Simulation
+from sim.engine.trace_rows import requests_from_trace
 from sim.metrics.summary import ITL_PERCENTILES, itl_summary, request_records
 from sim.records.record_log import RecordLog, compact
 from sim.records.recorder import GapLog, Recorder
-from sim.engine.trace_rows import requests_from_trace
-from sim.engine.request_source import TraceRequests
-from sim.engine.simulate import run_simulation
 from tests.factories import LinearExecutor
 
 GAPS = st.lists(st.tuples(st.lists(st.sampled_from([0.0, 0.01, 0.02, 0.025, 0.1, 1.5]),
