@@ -119,6 +119,31 @@ def test_the_declared_sim_floors_have_no_circle():
     assert allowed["cost"] <= {"util", "core", "hardware", "models"}  # never the engine
 
 
+def test_no_two_sub_packages_import_each_other():
+    """Sub-packages (sim/engine, experiments/capacity, ...) form floors too: the graph of which
+    imports which, over every module in them, has no circle."""
+    graph = import_graph()
+
+    def unit(name: str) -> str:  # the sub-package a module lives in (or the module itself)
+        parts = name.split(".")
+        return ".".join(parts[:2]) if len(parts) > 2 else name
+
+    units: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        units.setdefault(unit(module), set()).update(unit(t) for t in targets)
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"circle: {' -> '.join(path + (name,))}"
+        if name not in done:
+            for below in sorted(units.get(name, set()) - {name}):
+                visit(below, path + (name,))
+            done.add(name)
+
+    for name in sorted(units):
+        visit(name, ())
+
+
 def test_no_two_modules_import_each_other():
     graph = import_graph()
     circles = sorted((a, b) for a, targets in graph.items() for b in targets
