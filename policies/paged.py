@@ -22,7 +22,7 @@ inside the step except by an arrival (which the engine cuts the step at). With t
 the jump also ends where the head waiting request could be admitted (it fits now, after a
 preemption left its prefix cached in others' blocks; or a decode completes the block it misses
 first) or where one-iteration steps would cache completed blocks in another order
-(`prefix_jump_cap`), so jumps stay exact.
+(`prefix_jump_cap`), so jumps stay exact. Steps are built in `policies/paged_steps.py`.
 
 With `num_speculative_tokens` = k > 0 (and a cluster draft model), every decode is a one-iteration
 speculative verify of k + 1 tokens instead (`policies/speculative.py`).
@@ -30,24 +30,23 @@ speculative verify of k + 1 tokens instead (`policies/speculative.py`).
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Callable
-
 
 from sim.core.emit import emit_batch
 from sim.core.executor import InstanceInfo, Step, StepResult
 from sim.core.request import Request
-from sim.memory.block_counter import KVBlocks, make_block_manager
+from sim.memory.block_counter import make_block_manager
 from sim.util.errors import ConfigError, check_positive
 
 from policies.base import Policy, PolicyConfig
 from policies.kv_tier_config import check_kv_tier_params
 from policies.kv_tiers import build_kv_tiers
 from policies.lora import build_lora_scheduler, check_lora_params
-from policies.paged_decode import DecodeBatch, extra_blocks, jump_iterations
+from policies.paged_decode import DecodeBatch
 from policies.paged_instance import PagedInstance
 from policies.paged_prefix_jumps import PrefixJumps
+from policies.paged_steps import PagedSteps
 from policies.prefix_caching import PrefixCaching, check_causal_model
 from policies.routing import InstanceLoad, build_router, check_router
 from policies.speculative import build_speculator, check_method, check_speculative
@@ -95,8 +94,9 @@ class PagedConfig(PolicyConfig):
         check_kv_tier_params(self)
 
 
-class PagedPolicy(PrefixJumps, Policy):
-    """Routing, admission, on-demand block growth, preemption and step results."""
+class PagedPolicy(PagedSteps, PrefixJumps, Policy):
+    """Routing, admission, on-demand block growth, preemption and step results (the steps
+    themselves: policies/paged_steps.py)."""
 
     config: PagedConfig
 
@@ -247,70 +247,7 @@ class PagedPolicy(PrefixJumps, Policy):
             decodes.append(r)
         return DecodeBatch(decodes)
 
-    # ---- steps ------------------------------------------------------------------------------
-    def decode_iterations(self, s: PagedInstance, batch: list[Request],
-                          ids: list[int] | None = None,
-                          held: list[int] | None = None) -> tuple[int, int]:
-        """Iterations a decode-only batch (first slots given) can run without a change: up to
-        its fewest remaining outputs, while the free blocks last for every request's growth.
-        Returns (iterations, blocks the iterations after the first take). `ids`, `held`: the
-        batch's request ids and the tokens each holds, when the caller has them."""
-        most = min([r.target_output_tokens - r.num_output_tokens for r in batch])
-        if most <= 1:
-            return 1, 0
-        bs = s.blocks.block_size
-        if held is None:
-            held = s.blocks.num_tokens_of([r.request_id for r in batch] if ids is None else ids)
-        return jump_iterations([-t % bs for t in held], most, s.blocks.num_free_blocks, bs)
-
-    def make_step(self, s: PagedInstance, instance_id: int, batch: list[Request],
-                  chunks: list[int], num_iterations: int = 1, num_decodes: int = 0,
-                  ids: list[int] | None = None) -> Step:
-        """The Step computing `chunks[i]` new tokens of `batch[i]`; its first `num_decodes`
-        rows are decodes (grown by `decode_width` slots), which verify drafts when speculating.
-        `ids`: the batch's request ids, when the caller has them."""
-        s.in_flight = batch
-        n = len(batch)
-        if num_decodes < n:
-            samples = tuple([c == r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens
-                             for r, c in zip(batch, chunks)])
-        else:
-            samples = (True,) * n  # a decode samples its one token
-        nv = num_decodes if self.spec is not None else 0
-        k = self.spec.k if nv else 0
-        if nv:  # the leading decodes verify k drafted tokens: k + 1 new tokens each
-            chunks = [k + 1] * nv + chunks[nv:]
-        ids_t = tuple([r.request_id for r in batch] if ids is None else ids)
-        step = Step(instance_id, ids_t, tuple(chunks),
-                    tuple([r.num_computed_tokens for r in batch]), samples,
-                    num_iterations=num_iterations, num_draft_tokens=k, num_verify_seqs=nv,
-                    num_shared_kv_tokens=s.blocks.shared_tokens(ids_t),
-                    **(self.lora.annotate(s.lora, batch) if s.lora is not None else {}))
-        return step if s.moves is None else s.moves.attach(step)  # KV tier copies, if any
-
-    def decode_step(self, s: PagedInstance, instance_id: int, batch: list[Request],
-                    ids: list[int] | None = None, held: list[int] | None = None) -> Step:
-        """A multi-iteration step of single-token decodes (one verify iteration with a draft);
-        `ids`, `held` as `grow_decode_batch` gives them."""
-        n = len(batch)
-        if self.spec is not None:
-            return self.make_step(s, instance_id, batch, [1] * n, 1, n, ids)
-        if ids is None:
-            ids = [r.request_id for r in batch]
-        k, s.num_pending_blocks = self.decode_iterations(s, batch, ids, held)
-        if self.prefix is not None and k > 1:
-            cap = min(k, self.prefix_jump_cap(s, batch, k))
-            if cap < k:
-                k, s.num_pending_blocks = cap, self.pending_blocks(s, batch, cap)
-        return self.make_step(s, instance_id, batch, [1] * n, k, n, ids)
-
-    @staticmethod
-    def pending_blocks(s: PagedInstance, batch: list[Request], num_iterations: int) -> int:
-        """Blocks `num_iterations` decode iterations of `batch` take after the first."""
-        bs = s.blocks.block_size
-        held = s.blocks.num_tokens_of([r.request_id for r in batch])
-        return extra_blocks([-t % bs for t in held], num_iterations - 1, bs)
-
+    # ---- step results ---------------------------------------------------------------------
     def update(self, step: Step, result: StepResult, now: float) -> list[Request]:
         if result.oom:
             raise RuntimeError(f"{self.name} step ran out of KV memory on instance "

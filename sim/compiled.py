@@ -45,13 +45,13 @@ MODULES = (  # the per-step path of the paged, chunked and iteration-level polic
     "sim.engine.trace_rows", "sim.cost.stage_model", "sim.cost.stage_attention",
     "sim.core.step_shape", "sim.cost.stage_times", "sim.cost.moe_cost", "sim.cluster.draft",
     "sim.cost.overhead", "sim.engine.timeouts", "sim.engine.admission", "sim.memory.kv_tiers",
-    "sim.memory.kv_moves", "sim.memory.kv_offload",
+    "sim.memory.kv_moves", "sim.memory.kv_offload", "sim.memory.block_cache",
     "policies.base", "policies.routing", "policies.paged", "policies.paged_decode",
     "policies.paged_instance", "policies.paged_prefix_jumps", "policies.prefix_caching",
     "policies.paged_classes", "policies.priority", "policies.speculative", "policies.swap",
     "policies.swap_space", "policies.kv_tiers", "policies.vllm", "policies.vllm_v1",
     "policies.sarathi", "policies.orca", "policies.disagg", "policies.disagg_pools",
-    "policies.vllm_offload",
+    "policies.vllm_offload", "policies.paged_steps",
 )
 
 

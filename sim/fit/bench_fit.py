@@ -13,8 +13,9 @@ it, so the fit compares, per bin, sum simulated / sum measured - 1 of decode tim
 (outputs - 1)) over arrival-time bins (load varies with time) and, weighted by `ttft_weight`
 (default 0.1: TTFT sums still jump by a whole prefill when an arrival crosses a step boundary),
 of TTFT over prompt-length bins; each times sqrt(requests in the bin); `frontend_s` (by default)
-is solved in closed form at each evaluation (sim/fit/bench_frontend.py). Sums of step times are
-linear in the overheads for a fixed schedule, so Gauss-Newton steps land close. Jacobians are
+is solved in closed form at each evaluation (sim/fit/bench_frontend.py; the residuals:
+sim/fit/bench_objective.py). Sums of step times are linear in the overheads for a fixed
+schedule, so Gauss-Newton steps land close. Jacobians are
 forward differences of 10% (at least a fixed step per field), large enough to step over the
 jumps. Each evaluation simulates every run, so the search is capped at `max_evaluations` and
 the best point seen is kept.
@@ -42,19 +43,16 @@ import pandas as pd
 
 from sim.cluster.spec import ClusterSpec
 from sim.engine.policy import PolicyFactory
-from sim.fit.bench_frontend import best_frontend
+from sim.fit.bench_objective import BenchObjective, BudgetSpent
 from sim.fit.bench_params import (DEFAULT_FIT, FIT_PARAMS, FRONTEND, STAGE_DEFAULT_FIT,
                               STAGE_FIT_PARAMS, FitParam, FitSpace, fit_space)
-from sim.fit.bench_replay import ErrorStats, check_factory, check_trace, error_stats, finished, replay
+from sim.fit.bench_replay import ErrorStats, check_factory, check_trace, error_stats
 from sim.util.errors import ConfigError
 
 __all__ = ["BenchFit", "DEFAULT_FIT", "FIT_PARAMS", "STAGE_DEFAULT_FIT", "STAGE_FIT_PARAMS",
-           "FitParam", "fit_bench", "quantile_bins"]
+           "FitParam", "fit_bench"]
 
-MISSING_PENALTY = 1.0  # residual of a request the simulation did not finish
 REL_STEP = 0.1  # finite-difference step relative to the variable (at least FitParam.min_step)
-TTFT_BINS = 8  # prompt-length bins whose summed TTFT is fitted
-TPOT_BINS = 12  # arrival-time bins whose summed decode time is fitted
 TTFT_WEIGHT = 0.1  # default weight of the TTFT residuals against the decode-time ones
 
 
@@ -75,59 +73,6 @@ class BenchFit:
         if unknown:
             raise ConfigError("overrides", unknown, f"fittable: {', '.join(known)}")
         object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
-
-
-class _Budget(Exception):
-    """Raised inside the optimizer when the simulation budget is spent."""
-
-
-class _Objective:
-    """Residuals of a parameter vector over every trace, counting and caching simulations."""
-
-    def __init__(self, traces: Sequence[pd.DataFrame], cluster: ClusterSpec,
-                 make_policy: PolicyFactory, names: Sequence[str],
-                 table: Mapping[str, FitParam], max_evaluations: int,
-                 ttft_weight: float, frontend: bool = False) -> None:
-        self.traces = traces  # the benchmark runs fitted together
-        self.run = (cluster, make_policy)  # what replay() needs besides a trace
-        self.names = tuple(names)  # fitted cost-model fields
-        self.params = [table[k] for k in names]  # their variable mappings
-        self.bins = [(quantile_bins(t["prompt_tokens"].to_numpy(), TTFT_BINS),
-                      quantile_bins(t["arrival_s"].to_numpy(), TPOT_BINS)) for t in traces]
-        self.max_evaluations = max_evaluations  # simulations of all traces allowed
-        self.ttft_weight = ttft_weight  # weight of the TTFT residuals (dimensionless)
-        self.frontend = frontend  # solve frontend_s (seconds) at each evaluation
-        self.num_evaluations = 0  # simulations of all traces run so far
-        self.best: tuple[float, np.ndarray | None, float] = (math.inf, None, 0.0)  # lowest
-        # (cost, x, frontend_s) seen
-        self._last: tuple[bytes, np.ndarray] | None = None  # the last x and its residuals
-
-    def overrides(self, x: np.ndarray) -> dict[str, float]:
-        """Cost-model overrides for a variable vector."""
-        return {k: float(p.value(v)) for k, p, v in zip(self.names, self.params, x)}
-
-    def records(self, overrides: Mapping[str, float] | None) -> list[pd.DataFrame]:
-        """Simulated records of every trace under `overrides`."""
-        cluster, make_policy = self.run
-        return [replay(t, cluster, make_policy, overrides) for t in self.traces]
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        key = np.asarray(x, dtype=np.float64).tobytes()
-        if self._last is not None and self._last[0] == key:
-            return self._last[1]
-        if self.num_evaluations >= self.max_evaluations:
-            raise _Budget
-        self.num_evaluations += 1
-        records = self.records(self.overrides(x))
-        front = best_frontend(self.traces, records, [b[0] for b in self.bins]) \
-            if self.frontend else 0.0
-        res = np.concatenate([_residuals(t, r, b, self.ttft_weight, front) for t, r, b in
-                              zip(self.traces, records, self.bins)])
-        cost = float(np.sum(res * res))
-        if cost < self.best[0]:
-            self.best = (cost, np.array(x, dtype=np.float64), front)
-        self._last = (key, res)
-        return res
 
 
 def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpec,
@@ -154,15 +99,15 @@ def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpe
     if not (isinstance(ttft_weight, (int, float)) and 0 <= ttft_weight < math.inf):
         raise ConfigError("ttft_weight", ttft_weight, "must be a number >= 0")
     check_factory(make_policy)
-    before_records = _Objective(runs, cluster, make_policy, names, space.table, 1,
-                                0.0).records(None)  # the cluster's own model, as configured
+    before_records = BenchObjective(runs, cluster, make_policy, names, space.table, 1,
+                                    0.0).records(None)  # the cluster's own model, as configured
     before = _stats(runs, before_records)
     serial = _serial_host(cluster, space.family)
     own = {k: v for k, v in cluster.cost_model.items() if not (frontend and k == FRONTEND)}
     cluster = replace(cluster, cost_model={**own, **serial})  # serial: host terms are fitted
     # as the host time a step exposes, after the GPU's; a fitted frontend replaces the own
-    objective = _Objective(runs, cluster, make_policy, names, space.table, max_evaluations,
-                           float(ttft_weight), frontend)
+    objective = BenchObjective(runs, cluster, make_policy, names, space.table, max_evaluations,
+                               float(ttft_weight), frontend)
     if before.num_requests == 0:
         raise ConfigError("traces", f"{before.num_unfinished} requests", (
             f"the simulation finished none of them with their measured output length "
@@ -176,13 +121,13 @@ def fit_bench(traces: pd.DataFrame | Sequence[pd.DataFrame], cluster: ClusterSpe
     try:
         if not names:  # the frontend alone: one simulation
             objective(x0)
-            raise _Budget
+            raise BudgetSpent
         out = least_squares(
             objective, x0, bounds=(lower, upper), xtol=1e-10, ftol=1e-10,
             jac=lambda x: _forward_jacobian(objective, x, objective.params, upper),
             x_scale=np.array([p.typical for p in objective.params]), max_nfev=max_evaluations)
         message = str(out.message)
-    except _Budget:
+    except BudgetSpent:
         pass
     best = objective.overrides(objective.best[1] if objective.best[1] is not None else x0)
     if frontend:
@@ -265,37 +210,3 @@ def _start(names: Sequence[str], space: FitSpace
     x0 = np.array([p.var(min(max(space.start[k], p.lower), p.upper))
                    for k, p in zip(names, params)])
     return np.clip(x0, lower + 1e-9 * (upper - lower), upper), lower, upper
-
-
-def quantile_bins(values: np.ndarray, num_bins: int) -> np.ndarray:
-    """Bin label (0..num_bins-1) of each value by its quantile among `values`."""
-    edges = np.unique(np.quantile(values, np.linspace(0, 1, num_bins + 1)[1:-1]))
-    return np.searchsorted(edges, values, side="right")
-
-
-def _binned_error(sim: np.ndarray, meas: np.ndarray, bins: np.ndarray) -> np.ndarray:
-    """Per bin: sqrt(count) * (sum sim / sum meas - 1) over the finite pairs (NaN: empty bin)."""
-    ok = np.isfinite(sim) & np.isfinite(meas)
-    count = np.bincount(bins[ok], minlength=bins.max() + 1).astype(np.float64)
-    s = np.bincount(bins[ok], weights=sim[ok], minlength=count.size)
-    m = np.bincount(bins[ok], weights=meas[ok], minlength=count.size)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.sqrt(count) * (s / m - 1.0)
-
-
-def _residuals(trace: pd.DataFrame, records: pd.DataFrame,
-               bins: tuple[np.ndarray, np.ndarray], ttft_weight: float,
-               frontend_s: float = 0.0) -> np.ndarray:
-    """Weighted TTFT (plus `frontend_s` seconds) per prompt-length bin and decode time per
-    arrival-time bin (module docstring), then a penalty per request the simulation did not
-    finish."""
-    done = finished(trace, records)
-    decodes = trace["output_tokens"].to_numpy() - 1
-    sim_ttft = np.where(done, records["ttft_s"].to_numpy(), np.nan) + frontend_s
-    sim_dec = np.where(done, (records["finish_s"] - records["first_token_s"]).to_numpy(), np.nan)
-    meas_dec = np.where(decodes > 0, trace["measured_tpot_s"].to_numpy() * decodes, np.nan)
-    res = np.concatenate((
-        ttft_weight * _binned_error(sim_ttft, trace["measured_ttft_s"].to_numpy(), bins[0]),
-        _binned_error(sim_dec, meas_dec, bins[1]),
-        np.where(done, 0.0, MISSING_PENALTY)))
-    return np.where(np.isfinite(res), res, 0.0)

@@ -2,7 +2,7 @@
 
 A fixed delay per request adds the same seconds to every simulated TTFT and changes nothing in
 the engine, so for any engine parameters the delay that best fits the TTFT residuals of
-sim/fit/bench_fit.py (per prompt-length bin: sqrt(n) * (sum simulated / sum measured - 1)) has a
+sim/fit/bench_objective.py (per prompt-length bin: sqrt(n) * (sum simulated / sum measured - 1)) has a
 closed form: the residuals are linear in it. The fit solves for it at every evaluation
 (variable projection) instead of searching it, so it costs no simulation. The delay cannot be
 negative: a simulation already slower than the measurements gets 0.

@@ -45,7 +45,7 @@ class BatchedBlocks:
     _lazy: dict[int, tuple[Sequence[BlockKey], int]]
     block_size: int
 
-    def _take(self, n: int) -> list[int]:  # BlockManager's (and its subclasses')
+    def _take(self, n: int) -> list[int]:  # sim/memory/block_cache.py's CachedBlocks (and its subclasses')
         raise NotImplementedError
 
     def _hand_out(self, grown: list[tuple[list[int], int]], need: int) -> None:

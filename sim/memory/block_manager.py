@@ -4,16 +4,17 @@ KV memory is `num_blocks` blocks of `block_size` tokens. Each request owns a blo
 blocks holding its tokens in order. Blocks carry reference counts so requests can share them.
 `allocated + free == total` holds after every call.
 
-Prefix caching (`enable_caching=True`, vLLM's automatic prefix caching): a full block can be
-registered under a content key (`cache_full_blocks`; `sim/memory/prefix_keys.py` makes the keys).
-A keyed block whose last reference is freed stays cached: it counts as free but sits in an LRU of
-evictable blocks. Allocation takes never-keyed free blocks first, then evicts the least recently
-freed cached block (dropping its key). A new request's leading keys are looked up
-(`find_cached_prefix`): the longest run of cached blocks is shared (`allocate(..., keys=...)`),
-reference counts go up and the blocks leave the LRU. Requests free their blocks tail first, so a
-prompt's last blocks are evicted before its first ones. Without caching nothing is ever keyed and
-the manager behaves exactly as a plain free list; the simulator then counts blocks instead
-(`sim/memory/block_counter.py`), and keeps tables only for callers that need block ids (`real/`).
+Prefix caching (`enable_caching=True`, vLLM's automatic prefix caching; lookups, sharing and
+eviction in `sim/memory/block_cache.py`): a full block can be registered under a content key
+(`cache_full_blocks`; `sim/memory/prefix_keys.py` makes the keys). A keyed block whose last
+reference is freed stays cached: it counts as free but sits in an LRU of evictable blocks.
+Allocation takes never-keyed free blocks first, then evicts the least recently freed cached block
+(dropping its key). A new request's leading keys are looked up (`find_cached_prefix`): the longest
+run of cached blocks is shared (`allocate(..., keys=...)`), reference counts go up and the blocks
+leave the LRU. Requests free their blocks tail first, so a prompt's last blocks are evicted before
+its first ones. Without caching nothing is ever keyed and the manager behaves exactly as a plain
+free list; the simulator then counts blocks instead (`sim/memory/block_counter.py`), and keeps
+tables only for callers that need block ids (`real/`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections import OrderedDict, deque
 from typing import Hashable, Sequence
 
 from sim.memory.block_batch import BatchedBlocks
+from sim.memory.block_cache import CachedBlocks
 from sim.memory.block_checks import check_block_manager
 from sim.util.errors import ConfigError, check_positive
 
@@ -32,7 +34,7 @@ class OutOfBlocks(RuntimeError):
     """An allocation asked for more blocks than are free."""
 
 
-class BlockManager(BatchedBlocks):
+class BlockManager(CachedBlocks, BatchedBlocks):
     def __init__(self, num_blocks: int, block_size: int = 16, watermark: float = 0.0,
                  enable_caching: bool = False) -> None:
         check_positive("num_blocks", num_blocks)
@@ -73,12 +75,6 @@ class BlockManager(BatchedBlocks):
         return self.num_total_blocks - self.num_free_blocks
 
     @property
-    def num_cached_blocks(self) -> int:
-        """Blocks registered under a content key (in use or evictable)."""
-        return len(self._key_of) + sum([self._num_keyed[rid] - lo
-                                        for rid, (_, lo) in self._lazy.items()])
-
-    @property
     def capacity_tokens(self) -> int:
         return self.num_total_blocks * self.block_size
 
@@ -103,35 +99,6 @@ class BlockManager(BatchedBlocks):
 
     def block_table(self, request_id: int) -> list[int]:
         return list(self._tables.get(request_id, ()))
-
-    # ---- prefix cache lookups ---------------------------------------------------------
-    def find_cached_prefix(self, keys: Sequence[BlockKey]) -> list[int]:
-        """The cached blocks of the longest run of leading `keys` that are all cached."""
-        hits: list[int] = []
-        cached = self._cached
-        for key in keys:
-            block = cached.get(key)
-            if block is None:
-                break
-            hits.append(block)
-        return hits
-
-    def num_blocks_to_allocate(self, num_tokens: int, hits: Sequence[int] = ()) -> int:
-        """Free blocks a new request of `num_tokens` tokens takes when it shares `hits`
-        (evictable hits leave the free pool too)."""
-        revived = sum(1 for b in hits if self._ref[b] == 0)
-        return self.blocks_for(num_tokens) - len(hits) + revived
-
-    def shared_tokens(self, request_ids: Sequence[int]) -> int:
-        """KV tokens counted more than once when the contexts of `request_ids` are summed:
-        every shared (full) block counts once per extra holder among them."""
-        if not self._multi:
-            return 0
-        if len(request_ids) == len(self._tables):  # every holder: the running total
-            return self._num_extra_refs * self.block_size
-        ids = set(request_ids)
-        extra = sum(max(0, len(self._holders[b] & ids) - 1) for b in self._multi)
-        return extra * self.block_size
 
     # ---- allocation -------------------------------------------------------------------
     def can_allocate(self, num_tokens: int, hits: Sequence[int] = ()) -> bool:
@@ -244,6 +211,7 @@ class BlockManager(BatchedBlocks):
         tokens.update(zip(request_ids, after))
         return after
 
+    # ---- release ----------------------------------------------------------------------
     def free(self, request_id: int) -> int:
         """Release a request's blocks (finished or preempted), tail first; returns how many
         became free (cached ones stay cached, evictable)."""
@@ -287,71 +255,6 @@ class BlockManager(BatchedBlocks):
                 self._free.append(b)
                 freed += 1
         return freed
-
-    def cache_full_blocks(self, request_id: int, keys: Sequence[BlockKey],
-                          num_computed_tokens: int) -> int:
-        """Register the request's full blocks whose KV is computed (`num_computed_tokens`)
-        under `keys` (its leading full blocks' content keys); returns blocks newly cached.
-        A key already cached elsewhere (computed twice concurrently) leaves the block unkeyed."""
-        if not self.enable_caching or request_id not in self._tables:
-            return 0
-        table = self._tables[request_id]
-        start = self._num_keyed[request_id]
-        end = min(len(keys), num_computed_tokens // self.block_size, len(table))
-        if end <= start:
-            return 0
-        self._num_keyed[request_id] = end
-        return self._cache_blocks(request_id, table, keys, start, end)
-
-    # ---- internals --------------------------------------------------------------------
-    def _take(self, n: int) -> list[int]:
-        """`n` free blocks: never-keyed first, then the least recently freed cached blocks."""
-        free, lru, cached, key_of = self._free, self._evictable, self._cached, self._key_of
-        if n == 1 and not free:  # a decode crossing into a new block, evicting
-            b, key = lru.popitem(last=False)
-            del cached[key]
-            del key_of[b]
-            self.num_evicted_blocks += 1
-            return [b]
-        out = [free.popleft() for _ in range(min(n, len(free)))] if free else []
-        evict = n - len(out)
-        popped = [lru.popitem(last=False) for _ in range(evict)]
-        for b, key in popped:
-            del cached[key]
-            del key_of[b]
-        out += [b for b, _ in popped]
-        self.num_evicted_blocks += evict
-        return out
-
-    def _share(self, b: int, request_id: int) -> None:
-        """`request_id` takes a reference to cached block `b`."""
-        if self._ref[b] == 0:
-            del self._evictable[b]
-            self._holders[b] = {request_id}
-        else:
-            self._holders[b].add(request_id)
-            self._multi.add(b)
-            self._num_extra_refs += 1
-        self._ref[b] += 1
-
-    def _release(self, b: int, request_id: int) -> int:
-        """Drop `request_id`'s reference to block `b`; 1 when the block became free."""
-        self._ref[b] -= 1
-        ref = self._ref[b]
-        if b in self._holders:
-            self._holders[b].discard(request_id)
-            if ref >= 1:
-                self._num_extra_refs -= 1
-                if ref == 1:
-                    self._multi.discard(b)
-        if ref:
-            return 0
-        if b in self._key_of:
-            del self._holders[b]
-            self._evictable[b] = self._key_of[b]  # most recently used end
-        else:
-            self._free.append(b)
-        return 1
 
     def check(self) -> None:
         """Assert the accounting and cache invariants (for tests; sim/memory/block_checks.py), with
