@@ -102,7 +102,8 @@ def run_cost_summary(cluster: Any, records: pd.DataFrame, instances: pd.DataFram
     from sim.cluster.heterogeneous import instance_specs
     from sim.hardware.gpu_file import resolve_gpu
 
-    gpus = [(resolve_gpu(one.gpu).name, one.tensor_parallel) for one in instance_specs(cluster)]
+    gpus = [(resolve_gpu(one.gpu).name, one.tensor_parallel) for one in instance_specs(cluster)
+            for _ in range(one.pipeline_parallel)]  # a pipeline: one virtual instance a stage
     done = records.loc[records["status"] == "finished", ["prompt_tokens", "output_tokens"]]
     output = int(done["output_tokens"].sum())
     busy = instances.sort_values("instance_id")["gpu_busy_s"].tolist()

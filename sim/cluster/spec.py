@@ -61,6 +61,10 @@ class ClusterSpec:
     # (None: the GPU type's default, sim/hardware/gpu_costs.py; docs/hardware.md "Cost and energy")
     power: Mapping[str, Any] = field(default_factory=dict)  # {idle_w, busy_w}: watts per GPU
     # overriding the GPU type's defaults in the run's energy (sim/cluster/run_cost.py)
+    pipeline_parallel: int = 1  # pipeline stages per instance, each on tensor_parallel GPUs
+    # (sim/cluster/pipeline.py: the instance is seen as this many virtual instances)
+    pipeline_link: str | None = None  # stage-to-stage link: a sim/memory/kv_transfer.py preset
+    # (e.g. rdma_400g across nodes); None: the GPU's interconnect (NVLink within a node)
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -72,6 +76,7 @@ class ClusterSpec:
         object.__setattr__(self, "instances", groups)
         object.__setattr__(self, "num_instances", total)
         check_positive("cluster.tensor_parallel", self.tensor_parallel)
+        self._check_pipeline()
         check_positive("cluster.expert_parallel", self.expert_parallel)
         check_positive("cluster.expert_zipf", self.expert_zipf, allow_zero=True)
         check_fraction("cluster.gpu_memory_utilization", self.gpu_memory_utilization)
@@ -92,6 +97,29 @@ class ClusterSpec:
             hf_static_params(self.engine)  # validates the options
             check_hf_static_cluster(self.tensor_parallel, self.backend, self.draft_model,
                                     "calibration" in self.cost_model)
+
+    def _check_pipeline(self) -> None:
+        """pipeline_parallel an int >= 1, its link a preset, and nothing it does not model."""
+        pp = self.pipeline_parallel
+        check_positive("cluster.pipeline_parallel", pp)
+        if self.pipeline_link is not None:
+            link_preset(self.pipeline_link, "cluster.pipeline_link")
+        if pp == 1:
+            return
+        calibrated = "calibration" in self.cost_model
+        refused = (("backend", self.backend != "sim", self.backend),
+                   ("cost_model.calibration", calibrated, self.cost_model.get("calibration")),
+                   ("draft_model", self.draft_model is not None, self.draft_model),
+                   ("medusa_heads", bool(self.medusa_heads), self.medusa_heads),
+                   ("lora", bool(self.lora), self.lora),
+                   ("engine", engine_kind(self.engine) == "hf_static", self.engine),
+                   ("scheduling_overhead", bool(self.scheduling_overhead),
+                    self.scheduling_overhead),
+                   ("instances", bool(self.instances), self.instances))
+        for name, on, value in refused:
+            if on:
+                raise ConfigError("cluster.pipeline_parallel", pp, f"not modelled with "
+                                  f"cluster.{name} = {value!r} yet (docs/pipeline.md)")
 
     def _check_heads_and_adapters(self) -> None:
         """Medusa heads and LoRA slots: valid, on the cost models only, heads without a draft."""
@@ -154,7 +182,10 @@ def build_executors(spec: ClusterSpec,
                                 weight_dtype=spec.weight_dtype, kv_dtype=spec.kv_dtype,
                                 gpu_memory_utilization=spec.gpu_memory_utilization,
                                 expert_parallel=spec.expert_parallel,
-                                expert_zipf=spec.expert_zipf)
+                                expert_zipf=spec.expert_zipf,
+                                pipeline_parallel=spec.pipeline_parallel)
+    if spec.pipeline_parallel > 1:
+        return pipeline_executors(spec, deployment)
     if engine_kind(spec.engine) == "hf_static":
         from sim.cluster.hf_static import build_hf_static_executors
 
@@ -165,6 +196,20 @@ def build_executors(spec: ClusterSpec,
     executor = CostModelExecutor(build_cost_model(deployment, spec.cost_model), draft, links,
                                  medusa, lora)
     return [executor] * spec.num_instances
+
+
+def pipeline_executors(spec: ClusterSpec, deployment: Any) -> list:
+    """`num_instances` pipelines of `pipeline_parallel` virtual instances (sim/cluster/pipeline.py)."""
+    from sim.cluster.cost_model_choice import build_cost_model
+    from sim.cluster.pipeline import build_pipeline_executors
+    from sim.memory.kv_transfer import Link
+
+    gpu = deployment.gpu
+    link = (link_preset(spec.pipeline_link, "cluster.pipeline_link") if spec.pipeline_link
+            else Link(f"{gpu.name} interconnect", gpu.interconnect_latency_s,
+                      gpu.interconnect_bandwidth))
+    return build_pipeline_executors(deployment, spec.num_instances, link,
+                                    lambda d: build_cost_model(d, spec.cost_model))
 
 
 def heads_and_adapters(spec: ClusterSpec, deployment: Any, links: Any) -> tuple:

@@ -1,5 +1,11 @@
 """A deployment: one model instance on a tensor-parallel group of GPUs, its weights and KV.
 
+With pipeline parallelism (`pipeline_parallel` p > 1) the layers are split into p stages as
+vLLM splits them (`stage_layers`), each stage on its own tensor-parallel group; the first stage
+holds the embedding, the last the lm_head and final norm. Memory per GPU is the busiest stage's
+(the most layers, with the embedding or the lm_head), so the KV capacity is the stage that
+runs out first.
+
 Bytes per weight and per KV element for each dtype, the activation memory vLLM's profiling run
 reserves, and `DeploymentSpec` (weights per GPU, KV bytes per token, KV capacity in tokens).
 Every cost model prices steps of one deployment; `sim.cost.cost_model` re-exports these names.
@@ -42,6 +48,19 @@ def kv_dtype_bytes(dtype: str) -> int:
     return KV_DTYPE_BYTES[dtype]
 
 
+def stage_layers(num_layers: int, pipeline_parallel: int) -> tuple[int, ...]:
+    """Layers per pipeline stage, as vLLM's `get_pp_indices` splits them: L // p each, the
+    remainder one each on the stages before the last (the last also holds the lm_head)."""
+    p = pipeline_parallel
+    if p > num_layers:
+        raise ConfigError("pipeline_parallel", p, f"more stages than the model's "
+                          f"{num_layers} layers")
+    layers = [num_layers // p] * p
+    for i in range(2, num_layers % p + 2):
+        layers[-i] += 1
+    return tuple(layers)
+
+
 def default_activation_reserve(model: ModelSpec, tensor_parallel: int) -> int:
     """Bytes per GPU vLLM's profiling run would keep for activations and logits."""
     per_token = (4 * model.hidden_size + 3 * model.intermediate_size // tensor_parallel)
@@ -66,6 +85,7 @@ class DeploymentSpec:
     activation_reserve_bytes: int | None = None  # bytes per GPU; None: default_activation_reserve
     expert_parallel: int = 1  # GPUs of the group the experts are spread over (sim/cost/moe_cost.py)
     expert_zipf: float = 0.0  # Zipf exponent of expert popularity (0: uniform routing)
+    pipeline_parallel: int = 1  # pipeline stages, each on its own tensor-parallel group
 
     def __post_init__(self) -> None:
         tp, model = self.tensor_parallel, self.model
@@ -78,6 +98,10 @@ class DeploymentSpec:
             raise ConfigError("tensor_parallel", tp, f"must divide or be a multiple of "
                               f"{model.name}'s num_kv_heads={model.num_kv_heads}")
         check_expert_parallel(model, tp, self.expert_parallel, self.expert_zipf)
+        pp = self.pipeline_parallel
+        if not isinstance(pp, int) or isinstance(pp, bool) or pp < 1:
+            raise ConfigError("pipeline_parallel", pp, "must be an int >= 1")
+        stage_layers(model.num_layers, pp)  # no more stages than layers
         weight_dtype_bytes(self.weight_dtype)
         check_weight_dtype_fits(self.gpu, self.weight_dtype)
         kv_dtype_bytes(self.kv_dtype)
@@ -105,7 +129,8 @@ class DeploymentSpec:
         kv = "" if self.kv_dtype in ("fp16", "bf16") else f" kv-{self.kv_dtype}"
         tp = self.tensor_parallel
         ep = f" ep{self.expert_parallel}" if self.expert_parallel > 1 else ""
-        return f"{self.model.name} {self.weight_dtype}{kv} on {self.gpu.name} x{tp}{ep}"
+        pp = f" pp{self.pipeline_parallel}" if self.pipeline_parallel > 1 else ""
+        return f"{self.model.name} {self.weight_dtype}{kv} on {self.gpu.name} x{tp}{ep}{pp}"
 
     @property
     def num_quantized_params(self) -> int:
@@ -122,8 +147,26 @@ class DeploymentSpec:
 
     @property
     def weight_bytes_per_gpu(self) -> float:
-        """Bytes of weights each GPU holds (everything sharded evenly over the group)."""
-        return self.weight_bytes / self.tensor_parallel
+        """Bytes of weights each GPU holds (everything sharded evenly over the group); with
+        pipeline stages, a GPU of the busiest stage."""
+        if self.pipeline_parallel == 1:
+            return self.weight_bytes / self.tensor_parallel
+        return max(self.stage_weight_bytes) / self.tensor_parallel
+
+    @property
+    def stage_weight_bytes(self) -> tuple[float, ...]:
+        """Bytes of weights of each pipeline stage (its whole tensor-parallel group): its
+        layers' share of the layer weights and norms, the embedding on the first stage, the
+        lm_head (untied) on the last."""
+        m, layers = self.model, stage_layers(self.model.num_layers, self.pipeline_parallel)
+        embedding = m.num_embedding_params * ACT_DTYPE_BYTES
+        per_layer = (self.weight_bytes - embedding * (1 if m.tie_word_embeddings else 2)) \
+            / m.num_layers
+        head = embedding if not m.tie_word_embeddings else 0.0  # a tied head reads stage 0's
+        out = [n * per_layer for n in layers]
+        out[0] += embedding
+        out[-1] += head
+        return tuple(out)
 
     @property
     def kv_heads_per_gpu(self) -> int:
@@ -135,6 +178,11 @@ class DeploymentSpec:
         """Bytes of K and V one cached token takes on each GPU (MLA: the whole latent, on
         every GPU of the group)."""
         m = self.model
+        if self.pipeline_parallel > 1:  # the busiest stage's layers
+            layers = max(stage_layers(m.num_layers, self.pipeline_parallel))
+            if m.mla is not None:
+                return m.kv_bytes_per_token(kv_dtype_bytes(self.kv_dtype)) * layers / m.num_layers
+            return 2 * layers * self.kv_heads_per_gpu * m.head_dim * kv_dtype_bytes(self.kv_dtype)
         if m.mla is not None:
             return m.kv_bytes_per_token(kv_dtype_bytes(self.kv_dtype))
         return 2 * m.num_layers * self.kv_heads_per_gpu * m.head_dim * kv_dtype_bytes(self.kv_dtype)
@@ -152,5 +200,5 @@ class DeploymentSpec:
 
     @property
     def kv_capacity_tokens(self) -> int:
-        """Tokens the whole instance (TP group) can cache."""
+        """Tokens the whole instance (TP group; with stages, every stage) can cache."""
         return int(self.kv_bytes_per_gpu // self.kv_bytes_per_token_per_gpu)

@@ -101,6 +101,9 @@ class Simulation:
             self.env.process(state.timeouts.process())
         self.env.process(self._arrivals(source, state, self.max_concurrency))
         for i, ex in enumerate(self.executors):
+            bind = getattr(ex, "bind_clock", None)  # executors sharing stages in time
+            if bind is not None:  # (sim/cluster/pipeline.py) read the simulated clock
+                bind(self.env)
             self.env.process(self._serve(i, ex, stats[i], state))
         with paced_gc():  # fewer young-generation sweeps (sim/engine/gc_pace.py)
             self.env.run()
