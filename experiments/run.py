@@ -31,6 +31,7 @@ from experiments.bench.run import add_bench_run_flags, comparison, load_run_conf
 from experiments.config.experiment import ExperimentConfig
 from experiments.config.load import apply_overrides, load_config  # noqa: F401 (re-exported)
 from experiments.config.preflight import check_cluster  # noqa: F401 (re-exported)
+from experiments.files.exit_status import exit_status
 from experiments.files.outdir import (ResultsWriteError, check_dir_name, prepare_out_dir,
                                 remove_stale, runs_dir, temp_dir)
 from experiments.files.outlock import locked
@@ -42,7 +43,7 @@ from experiments.report.steady import rule_line as steady_rule_line, steady_warn
 from experiments.sweep.runner import (RunSpec, check_finished, check_jobs, expand, iter_outputs,
                                persist, preload, record_failures)
 from experiments.sweep.workload import trace_path
-from sim.util.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError
 
 
 # ---- the sweep ------------------------------------------------------------------------------
@@ -243,29 +244,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                               *([f"--out={args.out}"] if args.out else []),
                               *(["--no-progress"] if args.no_progress else []),
                               f"--jobs={args.jobs}", *args.capacity_flags])
-    try:
-        cfg = load_run_config(args) if uses_bench(args) else load_config(args.config,
-                                                                          args.overrides)
-        out_dir = Path(args.out) if args.out else Path("results") / cfg.name
-        with sweep_session(cfg, out_dir, args.jobs, args.config) as session:
-            rows = sweep_runs(cfg, session, progress=not args.no_progress, jobs=args.jobs,
-                              use_ray=args.ray)
-            status = report(args, cfg, session.out_dir, rows)  # still holding OUT
-            for line in comparison(cfg, session.out_dir, rows):  # a benchmark workload
-                print(line)
-            return status
-    except (ConfigError, TraceError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except SweepFailures as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except ResultsWriteError as exc:
-        print(f"error: {exc} (the runs finished before it are on disk)", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as exc:
-        print("interrupted; finished runs are already written", file=sys.stderr)
-        return 128 + getattr(exc, "signum", 2)
+    return exit_status(lambda: sweep_command(args), failures=(SweepFailures,),
+                       written="the runs finished before it are on disk",
+                       interrupted="interrupted; finished runs are already written")
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    """The sweep the command line names: runs, table, warnings; the exit status."""
+    cfg = load_run_config(args) if uses_bench(args) else load_config(args.config, args.overrides)
+    out_dir = Path(args.out) if args.out else Path("results") / cfg.name
+    with sweep_session(cfg, out_dir, args.jobs, args.config) as session:
+        rows = sweep_runs(cfg, session, progress=not args.no_progress, jobs=args.jobs,
+                          use_ray=args.ray)
+        status = report(args, cfg, session.out_dir, rows)  # still holding OUT
+        for line in comparison(cfg, session.out_dir, rows):  # a benchmark workload
+            print(line)
+        return status
 
 
 def report(args: argparse.Namespace, cfg: ExperimentConfig, out_dir: Path,

@@ -9,12 +9,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from sim.models.catalog import ModelSpec
-from sim.util.errors import ConfigError, check_keys, check_positive
+from sim.util.errors import ConfigError, check_positive
+from sim.util.schema import build
 
 DTYPES = ("auto", "fp32", "fp16", "bf16")
 ATTENTION_BACKENDS = ("auto", "paged", "sdpa", "torch_varlen", "flash_attn")
@@ -71,13 +71,9 @@ class RealOptions:
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> "RealOptions":
-        """Options from a config mapping, naming unknown keys."""
-        raw = dict(raw or {})
-        check_keys("real", raw, [f.name for f in dataclasses.fields(cls)])
-        try:
-            return cls(**raw)
-        except TypeError as exc:
-            raise ConfigError("real", raw, str(exc)) from None
+        """Options from a config mapping: unknown keys, types and bounds checked, named
+        (`sim.util.schema.build`)."""
+        return build(cls, "real", dict(raw or {}))
 
 
 def check_real_cluster(spec: Any) -> RealOptions:

@@ -39,6 +39,7 @@ goodput against rate (experiments/capacity/plot.py).
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from dataclasses import dataclass
@@ -58,12 +59,13 @@ from experiments.capacity.table import format_table, result_line, unsteady_warni
 from experiments.config.experiment import ExperimentConfig, experiment_from_dict
 from experiments.config.load import apply_overrides, load_yaml_file
 from experiments.config.preflight import check_cluster
-from experiments.files.outdir import ResultsWriteError, prepare_out_dir
+from experiments.files.exit_status import exit_status
+from experiments.files.outdir import prepare_out_dir
 from experiments.report.results import write_csv, write_json
 from experiments.sweep.workload import load_base_trace
 from sim.metrics.slo import SLO
 from sim.metrics.steady import SteadyRule
-from sim.util.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError
 
 __all__ = ["Capacity", "CapacityExperiment", "PROBE_KEYS", "ProbeRule", "ProbeSettings",
            "SearchConfig", "SteadyRule", "format_table", "load_capacity_config", "main",
@@ -222,33 +224,30 @@ def write_plot(out_dir: Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        if args.plot_only is not None:
-            print(write_plot(Path(args.plot_only)))
-            return 0
-        cfg = load_capacity_config(args.config, args.overrides)
-        settings = settings_from_args(args)
-        out_dir = Path(args.out) if args.out else Path("results") / cfg.name
-        if args.rates is not None:
-            rates = parse_rates(args.rates)
-            slo, base = prepare(cfg, rates[0], args.jobs, settings, not args.no_progress)
-            table = format_rates(run_rates(cfg, slo, base, rates, out_dir, settings,
-                                           jobs=args.jobs, progress=not args.no_progress))
-        else:
-            search = search_from_args(args)
-            results = run_capacity(cfg, out_dir, search, progress=not args.no_progress,
-                                   jobs=args.jobs, seed_aggregate=args.seed_aggregate,
-                                   settings=settings)
-            table = format_table(results)
-    except (ConfigError, TraceError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except ResultsWriteError as exc:
-        print(f"error: {exc} (the policies finished before it are on disk)", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted; finished policies are already written", file=sys.stderr)
-        return 130
+    return exit_status(lambda: capacity_command(args),
+                       written="the policies finished before it are on disk",
+                       interrupted="interrupted; finished policies are already written")
+
+
+def capacity_command(args: argparse.Namespace) -> int:
+    """The capacity search (or --rates table, or --plot-only) the command line names."""
+    if args.plot_only is not None:
+        print(write_plot(Path(args.plot_only)))
+        return 0
+    cfg = load_capacity_config(args.config, args.overrides)
+    settings = settings_from_args(args)
+    out_dir = Path(args.out) if args.out else Path("results") / cfg.name
+    if args.rates is not None:
+        rates = parse_rates(args.rates)
+        slo, base = prepare(cfg, rates[0], args.jobs, settings, not args.no_progress)
+        table = format_rates(run_rates(cfg, slo, base, rates, out_dir, settings,
+                                       jobs=args.jobs, progress=not args.no_progress))
+    else:
+        search = search_from_args(args)
+        results = run_capacity(cfg, out_dir, search, progress=not args.no_progress,
+                               jobs=args.jobs, seed_aggregate=args.seed_aggregate,
+                               settings=settings)
+        table = format_table(results)
     describe = cfg.slo.describe() if cfg.slo else "the class SLOs"
     print(f"\n{cfg.name}: capacity under {describe} -> {out_dir}\n{table}")
     print("\n".join(rules(settings)))

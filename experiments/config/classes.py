@@ -29,11 +29,12 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from experiments.config.checks import build, check_keys, mapping, rebase
+from experiments.config.checks import mapping
 from sim.engine.admission import AdmissionConfig, AdmissionLimits
 from sim.metrics.class_metrics import NO_CLASS
 from sim.metrics.slo import SLO
-from sim.util.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError, TraceError, check_keys
+from sim.util.schema import build, rebase
 from traces.class_columns import CLASS_NAME, PRIORITY_RANGE
 
 CLASS_KEYS = ("priority", "timeout_s", "slo")  # keys of one class's section

@@ -14,8 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from experiments.config.checks import (build, check_keys, check_positive_number, is_int, listed,
-                                       mapping, rebase)
+from experiments.config.checks import check_positive_number, is_int, listed, mapping
 from experiments.config.classes import (ClassSpec, admission_from_dict, check_classes_support,
                                         classes_from_dict, merge_classes)
 from experiments.config.preflight import check_policy_build
@@ -28,7 +27,8 @@ from policies.prefix_caching import check_cluster_model_causal, check_prefix_cac
 from sim.cluster.spec import ClusterSpec
 from sim.engine.admission import AdmissionConfig
 from sim.metrics.slo import SLO
-from sim.util.errors import ConfigError
+from sim.util.errors import ConfigError, check_keys
+from sim.util.schema import build, rebase
 
 # re-exported so `from experiments.config.experiment import ...` serves for the whole config
 __all__ = ["ExperimentConfig", "PolicyEntry", "SyntheticWorkload", "TraceWorkload",

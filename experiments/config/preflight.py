@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from experiments.config.backend import build_executors
-from experiments.config.checks import rebase
 from sim.cluster.spec import ClusterSpec
 from sim.engine.limits import resolve_max_model_len
 from sim.util.errors import ConfigError
 from sim.util.jsonfile import read_json_object
+from sim.util.schema import rebase
 
 BUILT_AT_CHECK = ("disagg",)  # policies built on the cluster's instances by the config pass
 INDEX = "model.safetensors.index.json"  # a sharded checkpoint's tensor -> shard map

@@ -7,9 +7,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from experiments.config.checks import build, check_keys, check_positive_number, mapping, rebase
+from experiments.config.checks import check_positive_number, mapping
 from experiments.config.workload_rtp import rtp_from_dict
-from sim.util.errors import ConfigError
+from sim.util.errors import ConfigError, check_keys
+from sim.util.schema import build, rebase
 from traces.clients import ClientSpec, MultiClientConfig
 from traces.mapping import TimestampFormat, TraceMapping
 from traces.plugin_calls import PluginCallConfig

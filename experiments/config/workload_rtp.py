@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from experiments.config.checks import build, mapping
+from experiments.config.checks import mapping
 from sim.util.errors import ConfigError
+from sim.util.schema import build
 from traces.lengths import LengthDist
 from traces.plugin_calls import PluginCallConfig
 from traces.ptuning import PTuningConfig

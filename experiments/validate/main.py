@@ -34,10 +34,11 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from experiments.config.checks import build, mapping
+from experiments.config.checks import mapping
 from experiments.config.experiment import ExperimentConfig, PolicyEntry, experiment_from_dict
 from experiments.config.load import load_yaml_file
-from experiments.files.outdir import ResultsWriteError, writing
+from experiments.files.exit_status import exit_status
+from experiments.files.outdir import writing
 from experiments.report.results import write_run
 from experiments.run import apply_overrides
 from experiments.sweep.workload import build_workload, load_base_trace
@@ -45,6 +46,7 @@ from experiments.validate.compare import (Collected, EngineInfo, RealReplay, com
                                           write_validation)
 from sim.util.errors import ConfigError, TraceError, check_positive
 from sim.util.field_types import check_fields
+from sim.util.schema import build
 
 KINDS = ("roofline", "learned", "engine")
 
@@ -255,17 +257,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--calibration", help="use this calibration file instead of profiling")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args(argv)
-    try:
-        cfg, opts = load_validation_config(args.config, args.overrides)
-        out = Path(args.out) if args.out else Path("results") / "validate" / cfg.name
-        summary = run_validation(cfg, opts, out, args.calibration)
-    except (ConfigError, TraceError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except ResultsWriteError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return finish(summary, out)
+    return exit_status(lambda: validate_command(args))
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    """The validation the command line names; its report and exit status."""
+    cfg, opts = load_validation_config(args.config, args.overrides)
+    out = Path(args.out) if args.out else Path("results") / "validate" / cfg.name
+    return finish(run_validation(cfg, opts, out, args.calibration), out)
 
 
 def finish(summary: dict[str, Any], out: Path) -> int:

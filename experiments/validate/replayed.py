@@ -25,12 +25,12 @@ from typing import Any, Sequence
 import pandas as pd
 
 from experiments.config.experiment import ExperimentConfig, PolicyEntry
-from experiments.files.outdir import ResultsWriteError
+from experiments.files.exit_status import exit_status
 from experiments.validate.compare import (Collected, EngineInfo, RealReplay, compare_replay,
                                           write_validation)
 from experiments.validate.main import (ValidateOptions, finish, load_validation_config,
                                   policy_entries, validation_trace)
-from sim.util.errors import ConfigError, TraceError
+from sim.util.errors import ConfigError
 
 
 def recorded_engine(replayed: Path, calibration: Path) -> EngineInfo:
@@ -100,17 +100,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", help="output directory (default results/validate/<name>_replayed/)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args(argv)
-    try:
-        cfg, opts = load_validation_config(args.config, args.overrides)
-        out = Path(args.out) if args.out else Path("results") / "validate" / f"{cfg.name}_replayed"
-        summary = run_replayed(cfg, opts, Path(args.replayed), out, Path(args.calibration))
-    except (ConfigError, TraceError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except ResultsWriteError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return finish(summary, out)
+    return exit_status(lambda: replayed_command(args))
+
+
+def replayed_command(args: argparse.Namespace) -> int:
+    """The check the command line names; its report and exit status."""
+    cfg, opts = load_validation_config(args.config, args.overrides)
+    out = Path(args.out) if args.out else Path("results") / "validate" / f"{cfg.name}_replayed"
+    return finish(run_replayed(cfg, opts, Path(args.replayed), out, Path(args.calibration)), out)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ older calibration that names one is refused with the command that rewrites it.
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path, PurePath
 from typing import Any, Mapping, Sequence
 
@@ -24,9 +23,10 @@ from sim.cost.engine_time import EngineTimeModel, EngineTimeParams, EngineWork
 from sim.hardware.gpus import GPUSpec
 from sim.measured.learned_trees import TreeEnsemble, ensemble_from_dict
 from sim.models.catalog import ModelSpec
-from sim.util.errors import ConfigError, check_keys
+from sim.util.errors import ConfigError
 from sim.util.file_kinds import EXPECTED_CALIBRATION, OLD_BENCH_CALIBRATION, describe_json
 from sim.util.jsonfile import int_value, read_json_object, section
+from sim.util.schema import build
 
 WHERE = "cluster.cost_model.calibration"  # the config field that names a calibration file
 WHAT = "calibration file"
@@ -60,24 +60,22 @@ def fitted_options(data: Mapping[str, Any], path: str | Path,
     return dict(options)
 
 
-def _build(cls: type, raw: Mapping[str, Any], field: str, path: str | Path) -> Any:
-    """`cls(**raw)`, every problem a ConfigError under `field` naming the file."""
-    check_keys(field, raw, [f.name for f in fields(cls)], f"in {path}")
-    try:
-        return cls(**raw)
-    except ConfigError as err:
-        raise ConfigError(f"{field}.{err.field}", err.value, f"{err.reason} (in {path})") from None
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(field, dict(raw), f"{exc} (in {path})") from None
+def _deployment_sections(data: Mapping[str, Any], path: str | Path,
+                         where: str) -> tuple[ModelSpec, GPUSpec]:
+    """The profiled model and device (`sim.util.schema.build`: errors name the file). The
+    device's types are left to GPUSpec's checks: real.calibrate stores memory_bytes as a float."""
+    return (build(ModelSpec, f"{where}.model", section(data, "model", where, path, WHAT),
+                  note=f"in {path}"),
+            build(GPUSpec, f"{where}.device", section(data, "device", where, path, WHAT),
+                  note=f"in {path}", types=False))
 
 
 def calibrated_roofline(data: Mapping[str, Any], path: str | Path = "<calibration>",
                         where: str = WHERE) -> RooflineCostModel:
     """The fitted roofline model of a calibration's deployment."""
-    model = _build(ModelSpec, section(data, "model", where, path, WHAT), f"{where}.model", path)
-    device = _build(GPUSpec, section(data, "device", where, path, WHAT), f"{where}.device", path)
-    config = _build(CostModelConfig, section(data, "roofline", where, path, WHAT),
-                    f"{where}.roofline", path)
+    model, device = _deployment_sections(data, path, where)
+    config = build(CostModelConfig, f"{where}.roofline", section(data, "roofline", where, path,
+                                                                  WHAT), note=f"in {path}")
     try:
         deployment = DeploymentSpec(model, device, weight_dtype=data.get("weight_dtype", "fp16"),
                                     kv_dtype=data.get("kv_dtype", "fp16"),
@@ -90,11 +88,10 @@ def calibrated_roofline(data: Mapping[str, Any], path: str | Path = "<calibratio
 def calibrated_engine(data: Mapping[str, Any], path: str | Path = "<calibration>",
                       where: str = WHERE) -> EngineTimeModel:
     """The fitted engine model (host and device work) of a calibration's deployment."""
-    model = _build(ModelSpec, section(data, "model", where, path, WHAT), f"{where}.model", path)
-    device = _build(GPUSpec, section(data, "device", where, path, WHAT), f"{where}.device", path)
+    model, device = _deployment_sections(data, path, where)
     engine = section(data, "engine", where, path, WHAT)
-    params = _build(EngineTimeParams, section(engine, "params", f"{where}.engine", path, WHAT),
-                    f"{where}.engine.params", path)
+    params = build(EngineTimeParams, f"{where}.engine.params",
+                   section(engine, "params", f"{where}.engine", path, WHAT), note=f"in {path}")
     dtype = data.get("engine_dtype") or data.get("weight_dtype", "fp16")
     try:
         work = EngineWork.of(model, device, dtype)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.config.checks import build
 from experiments.config.experiment import PolicyEntry, experiment_from_dict
 from experiments.config.load import apply_overrides, load_config, load_yaml_file
 from experiments.config.yaml_strict import MAX_NODES, load_yaml
@@ -19,6 +18,7 @@ from policies.registry import get_policy, make_config, policy_names
 from sim.cluster.spec import ClusterSpec
 from sim.util.errors import ConfigError
 from sim.util.field_types import type_error
+from sim.util.schema import build
 
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
 BASE = {
