@@ -19,31 +19,20 @@ result as the one-at-a-time calls (tests/test_block_manager_batch.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from sim.memory.block_state import BlockKey, BlockState
 
 if TYPE_CHECKING:
     from sim.core.request import Request
 
-BlockKey = Any  # sim.memory.block_manager.BlockKey
 
-
-class BatchedBlocks:
+class BatchedBlocks(BlockState):
     """Batched paths of BlockManager (a mix-in: it uses the manager's tables and cache maps)."""
 
     # register the private keys of a request never preempted when it releases its blocks
     # (see above); False in subclasses whose cache must see every key as it is computed
     lazy_private_keys = True
-
-    _free: Any
-    _ref: list[int]
-    _tables: dict[int, list[int]]
-    _evictable: Any
-    _cached: dict
-    _key_of: dict
-    _holders: dict[int, set[int]]
-    _num_keyed: dict[int, int]
-    _lazy: dict[int, tuple[Sequence[BlockKey], int]]
-    block_size: int
 
     def _take(self, n: int) -> list[int]:  # sim/memory/block_cache.py's CachedBlocks (and its subclasses')
         raise NotImplementedError

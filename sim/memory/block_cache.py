@@ -11,28 +11,14 @@ list's behaviour.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Sequence
+from typing import Callable, Sequence
 
-BlockKey = Hashable  # sim.memory.block_manager.BlockKey
+from sim.memory.block_state import BlockKey, BlockState
 
 
-class CachedBlocks:
+class CachedBlocks(BlockState):
     """Prefix-cache paths of BlockManager (a mix-in: it uses the manager's tables and maps)."""
 
-    _free: Any
-    _ref: list[int]
-    _tables: dict[int, list[int]]
-    _evictable: Any
-    _cached: dict
-    _key_of: dict
-    _holders: dict[int, set[int]]
-    _multi: set[int]
-    _num_extra_refs: int
-    _num_keyed: dict[int, int]
-    _lazy: dict[int, tuple[Sequence[BlockKey], int]]
-    block_size: int
-    enable_caching: bool
-    num_evicted_blocks: int
     blocks_for: Callable[[int], int]  # BlockManager's
     _cache_blocks: Callable[..., int]  # BatchedBlocks' (no stub: it would come first)
 

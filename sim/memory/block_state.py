@@ -1,0 +1,45 @@
+"""The state every part of a paged KV-cache block manager shares: the free list, reference
+counts, block tables and the prefix cache's maps (sim/memory/block_manager.py; its mix-ins
+sim/memory/block_cache.py and sim/memory/block_batch.py work on these fields)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Hashable, Sequence
+
+from sim.util.errors import ConfigError, check_positive
+
+BlockKey = Hashable  # a block's content key (sim.memory.prefix_keys: (chained hash, end token))
+
+
+class BlockState:
+    """`num_blocks` blocks of `block_size` tokens, their references, tables and cache maps."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16, watermark: float = 0.0,
+                 enable_caching: bool = False) -> None:
+        check_positive("num_blocks", num_blocks)
+        check_positive("block_size", block_size)
+        if not 0.0 <= watermark < 1.0:
+            raise ConfigError("watermark", watermark, "must be in [0, 1)")
+        self.block_size = block_size  # tokens per block
+        self.num_total_blocks = num_blocks  # blocks in the cache
+        self.watermark_blocks = int(watermark * num_blocks)  # blocks kept free on admission
+        self.enable_caching = enable_caching  # keep freed keyed blocks for reuse
+        self._free: deque[int] = deque(range(num_blocks))  # never-keyed free blocks, lowest first
+        self._ref = [0] * num_blocks  # references per block
+        self._tables: dict[int, list[int]] = {}  # request id -> block ids
+        self._tokens: dict[int, int] = {}  # request id -> tokens its blocks hold
+        # prefix cache (empty unless enable_caching)
+        self._evictable: OrderedDict[int, BlockKey] = OrderedDict()  # free keyed blocks, LRU first
+        self._cached: dict[BlockKey, int] = {}  # content key -> block
+        self._key_of: dict[int, BlockKey] = {}  # block -> content key
+        self._holders: dict[int, set[int]] = {}  # keyed block in use -> request ids holding it
+        self._multi: set[int] = set()  # blocks held by two or more requests
+        self._num_extra_refs = 0  # sum over blocks of (references - 1)
+        self._num_keyed: dict[int, int] = {}  # request id -> leading blocks looked at for keys
+        # request id -> (its keys, first block keyed lazily): blocks [first, num_keyed) are
+        # keyed under private keys, registered only when the request releases them
+        self._lazy: dict[int, tuple[Sequence[BlockKey], int]] = {}
+        self.num_queried_blocks = 0  # keys looked up on allocation (blocks)
+        self.num_hit_blocks = 0  # of those, found cached and shared (blocks)
+        self.num_evicted_blocks = 0  # cached blocks whose key was dropped to reuse them
