@@ -45,6 +45,11 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                            "search each policy's highest rate meeting the config's slo:", (
         "servesim capacity experiments/configs/quickstart.yaml",
         "servesim capacity CONFIG --min-rate 1 --max-rate 64 --rel-tol 0.05")),
+    "search": Subcommand("experiments.search.main",
+                         "the cheapest deployment (GPU, TP, scheduler, P:D) meeting the slo:", (
+        "servesim search experiments/configs/search_llama3_8b.yaml --jobs 2",
+        "servesim search CONFIG --dry-run          # enumerate and prune only",
+        "servesim search CONFIG --set search.max_gpus=2 --out results/search_2gpu")),
     "plot": Subcommand("experiments.report.plot", "draw a sweep's figures (vs rate, latency CDFs)", (
         "servesim plot results/quickstart",
         "servesim plot results/azure_conv_sweep --rate 3 --formats png")),

@@ -5,7 +5,6 @@ from pathlib import Path
 import yaml
 
 from experiments import run
-
 from experiments.report import plot
 
 

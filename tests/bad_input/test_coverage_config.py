@@ -12,9 +12,7 @@ import pytest
 import yaml
 
 from experiments import run
-
 from experiments.capacity import main as capacity
-
 from experiments.config.experiment import experiment_from_dict
 from experiments.config.load import load_config
 from experiments.config.preflight import check_cluster

@@ -11,16 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments import cli
-
+from experiments import cli, regression
 from experiments.fidelity import main as fidelity
-
-from experiments.papers import magnus_ccb_breakdown
-
 from experiments.figures import magnus as magnus_figures
-from experiments.papers import magnus_predictor_eval
-from experiments.papers import magnus_table1
-from experiments import regression
+from experiments.papers import magnus_ccb_breakdown, magnus_predictor_eval, magnus_table1
 from real import calibrate, check_report
 
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
