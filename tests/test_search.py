@@ -142,6 +142,7 @@ def test_a_zero_load_latency_bound_past_the_slo_prunes():
     ("search.tensor_parallel", [1, 1], "search.tensor_parallel[1]"),
     ("search.pipeline_parallel", [1, True], "search.pipeline_parallel[1]"),
     ("cluster.pipeline_parallel", 2, "cluster.pipeline_parallel"),
+    ("capacity.early_stop", "yes", "capacity.early_stop"),
     ("search.gpus", ["A10G", "nope"], "search.gpus[1]"),
     ("search.gpus", [], "search.gpus"),
     ("search.max_gpus", 0, "search.max_gpus"),

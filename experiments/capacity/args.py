@@ -48,6 +48,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "a long check of a capacity with --probe-s 1800")
     parser.add_argument("--no-progress", action="store_true",
                         help="print nothing per probe or policy")
+    parser.add_argument("--early-stop", action="store_true",
+                        help="stop a probe as soon as it certainly misses an attainment-form "
+                        "SLO (faster; its capacity_probes.csv row keeps the verdict, not the "
+                        "metrics)")
     defaults = SearchConfig()
     for name, kind in (("min_rate", float), ("max_rate", float), ("rel_tol", float),
                        ("max_probes", int)):
@@ -70,7 +74,8 @@ def settings_from_args(args: argparse.Namespace) -> ProbeSettings:
     flags = {name: flag for flag, (_, name, _, _) in SETTING_FLAGS.items()}
     try:
         return ProbeSettings(SteadyRule(args.warmup_frac, args.drain_frac, args.tolerance),
-                             ProbeRule(args.min_window_s, args.kv_multiple, args.max_doublings))
+                             ProbeRule(args.min_window_s, args.kv_multiple, args.max_doublings),
+                             getattr(args, "early_stop", False))
     except ConfigError as err:
         raise ConfigError(flags.get(err.field, err.field), err.value, err.reason) from None
 

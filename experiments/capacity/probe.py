@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import pandas as pd
 
 from experiments.capacity.bisect import RateSearch, SearchConfig
-from experiments.capacity.classes import class_verdicts, probe_slos
+from experiments.capacity.classes import class_verdicts, own_class_slos, probe_slos
 from experiments.capacity.probe_length import ProbeRule, probe_workload
 from experiments.config.backend import build_executors
 from experiments.config.experiment import ExperimentConfig
@@ -36,12 +36,13 @@ from sim.cluster.frontend_run import frontend_kwargs
 from sim.cluster.run_cost import run_cost_summary
 from sim.cost.overhead import overhead_kwargs
 from sim.engine.simulate import RunResult
+from sim.engine.verdict import SloWatch, VerdictReached
 from sim.metrics.class_metrics import class_labels
 from sim.metrics.measured_slo import measured_latencies, measured_records, measured_run, \
     measured_violations
 from sim.metrics.slo import SLO, slo_summary
-from sim.metrics.steady import SteadyRule, steady_summary
-from sim.util.errors import TraceError
+from sim.metrics.steady import SteadyRule, measured_window, steady_summary
+from sim.util.errors import ConfigError, TraceError
 
 PROBE_KEYS = ("num_requests", "completed", "rejected", "failed", "num_length_capped",
               "request_throughput", "request_goodput", "slo_attainment", "p90_ttft_s",
@@ -60,6 +61,12 @@ class ProbeSettings:
 
     steady: SteadyRule = field(default_factory=SteadyRule)  # measured window, steady check
     length: ProbeRule = field(default_factory=ProbeRule)  # requests a probe holds at least
+    early_stop: bool = False  # stop a probe once it certainly misses the SLO (its row keeps
+    # the verdict, not the metrics; sim/engine/verdict.py)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.early_stop, bool):
+            raise ConfigError("early_stop", self.early_stop, "must be true or false")
 
 
 def probe(cfg: ExperimentConfig, index: int, slo: SLO | None, base: pd.DataFrame | None,
@@ -88,9 +95,15 @@ def probe(cfg: ExperimentConfig, index: int, slo: SLO | None, base: pd.DataFrame
             raise TraceError(entry.label, "the workload has no requests")
         if row and len(trace) <= row["num_requests"]:
             break  # it cannot be lengthened: the last verdict stands
-        res = replay(trace, entry.name, entry.params, executors, seed=seed,
-                     max_model_len=cluster.max_model_len, **overhead_kwargs(cluster),
-                     **frontend_kwargs(cluster), **loop)
+        watch = slo_watch(cfg, index, slo, trace, settings, cluster.backend, limit)
+        try:
+            res = replay(trace, entry.name, entry.params, executors, seed=seed,
+                         max_model_len=cluster.max_model_len, **overhead_kwargs(cluster),
+                         **frontend_kwargs(cluster), **loop,
+                         **({} if watch is None else {"watch": watch}))
+        except VerdictReached as stop:
+            row = stopped_row(stop, len(trace), note, doubling)
+            break
         res.summary.update(run_cost_summary(cluster, res.records, res.instances,
                                             res.summary["duration_s"]))
         row = {**judge(cfg, index, slo, res, settings.steady), "probe_note": note,
@@ -103,6 +116,34 @@ def probe(cfg: ExperimentConfig, index: int, slo: SLO | None, base: pd.DataFrame
     return {"label": entry.label, "policy": entry.name, "index": index, "seed": seed,
             "rate": rate, **row, "meets_slo": row["steady"] and not row["missed"],
             "wall_s": time.perf_counter() - start}
+
+
+def slo_watch(cfg: ExperimentConfig, index: int, slo: SLO | None, trace: pd.DataFrame,
+              settings: ProbeSettings, backend: str, limit: int | None) -> SloWatch | None:
+    """The early stop of a probe (None when off): the simulator, an attainment-form SLO of
+    the whole workload (no class SLOs), an open loop, and measured requests to judge."""
+    if not settings.early_stop or backend != "sim" or limit is not None or slo is None \
+            or slo.attainment is None or own_class_slos(cfg, index):
+        return None
+    arrivals = trace["arrival_s"].to_numpy(dtype=float)
+    start, end = measured_window(arrivals, settings.steady)
+    num = 0 if math.isnan(start) else int(((arrivals >= start) & (arrivals < end)).sum())
+    if not num:
+        return None
+    ttft, e2e = slo.ttft_s, slo.e2e_s
+    return SloWatch(start, end, num, float(slo.attainment), ttft, e2e,
+                    check_s=ttft or e2e or 1.0)
+
+
+def stopped_row(stop: VerdictReached, num_requests: int, note: str,
+                doubling: int) -> dict[str, Any]:
+    """The row of a probe stopped once it certainly missed: the verdict, no metrics."""
+    nan = math.nan
+    return {"missed": f"certain before the end: {stop.reason}", "steady": False,
+            "steady_reason": "stopped early (the SLO verdict was certain)",
+            **{k: nan for k in STEADY_KEYS}, **{k: nan for k in PROBE_KEYS},
+            "num_requests": num_requests, "all_slo_attainment": nan, "probe_note": note,
+            "probe_doublings": doubling}
 
 
 def judge(cfg: ExperimentConfig, index: int, slo: SLO | None, res: RunResult,

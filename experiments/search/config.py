@@ -82,12 +82,15 @@ def capacity_options(raw: Mapping[str, Any],
                      flags: Mapping[str, Any] | None = None) -> tuple[SearchConfig, ProbeSettings]:
     """The `capacity:` section (command-line values in `flags` win; None: not given) as the
     capacity search's rate search and probe settings; ConfigError naming `capacity.<key>`."""
-    check_keys("capacity", raw, (*RATE_KEYS, *SETTING_KEYS))
+    check_keys("capacity", raw, (*RATE_KEYS, *SETTING_KEYS, "early_stop"))
     given = {**raw, **{k: v for k, v in (flags or {}).items() if v is not None}}
+    early_stop = given.pop("early_stop", True)  # a search stops a certainly failing probe
+    if not isinstance(early_stop, bool):
+        raise ConfigError("capacity.early_stop", early_stop, "must be true or false")
     rules = ProbeSettings()
     ns = {**asdict(SearchConfig()), **asdict(rules.steady), **asdict(rules.length)}
     ns.update({SETTING_KEYS.get(key, key): value for key, value in given.items()})
-    args = argparse.Namespace(**ns)
+    args = argparse.Namespace(**ns, early_stop=early_stop)
     by_flag = {f"--{k.replace('_', '-')}": f"capacity.{k}" for k in (*RATE_KEYS, *SETTING_KEYS)}
     try:
         return search_from_args(args), settings_from_args(args)

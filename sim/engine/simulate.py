@@ -21,6 +21,7 @@ from sim.engine.limits import resolve_max_model_len
 from sim.engine.policy import PolicyFactory
 from sim.engine.request_source import TraceRequests
 from sim.engine.simulation import Simulation
+from sim.engine.verdict import SloWatch
 from sim.metrics.class_metrics import class_summary
 from sim.metrics.host_timing import host_summary
 from sim.metrics.summary import instance_frame, records_frame, summarize
@@ -83,7 +84,7 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
                    max_concurrency: int | None = None,
                    steps_path: Path | str | None = None,
                    admission: AdmissionConfig | None = None,
-                   frontend_s: float = 0.0) -> RunResult:
+                   frontend_s: float = 0.0, watch: SloWatch | None = None) -> RunResult:
     """Replay `trace` through the policy `make_policy` builds, on one executor per instance,
     with the scheduler CPU time `overhead` models (sim.cost.overhead) before each iteration, if
     given. Prompts longer than `max_model_len` (default: the model's context) are rejected and
@@ -94,7 +95,8 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
     `admission` arrivals over its limits are rejected (sim/engine/admission.py); a trace with request
     classes adds their columns to the records and per-class keys to the summary
     (docs/classes.md). `frontend_s` seconds of a serving frontend's latency are added to each
-    request's TTFT and latency (sim/cost/frontend.py)."""
+    request's TTFT and latency (sim/cost/frontend.py). A `watch` (sim/engine/verdict.py) stops the
+    run with `VerdictReached` once its SLO verdict is certain."""
     limit = resolve_max_model_len(executors, max_model_len)
     requests = TraceRequests(trace)  # built as they arrive, dropped when final
     recorder = Recorder(records=RecordLog(requests.columns["class_columns"]))
@@ -105,7 +107,8 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
                                             max_model_len=limit,
                                             max_concurrency=max_concurrency,
                                             admission=None if admission is None
-                                            else AdmissionControl(admission)).run()
+                                            else AdmissionControl(admission),
+                                            watch=watch).run()
     steps: pd.DataFrame | Path
     if steps_path is not None:  # written before the records frame exists: lower peak memory
         try:

@@ -40,6 +40,7 @@ from sim.engine.gc_pace import paced_gc
 from sim.engine.policy import Policy
 from sim.engine.request_source import RequestSource, as_source
 from sim.engine.timeouts import Timeouts
+from sim.engine.verdict import SloWatch
 from sim.records.instance_stats import InstanceStats
 from sim.records.recorder import Recorder
 from sim.util.errors import ConfigError
@@ -89,6 +90,7 @@ class Simulation:
     max_model_len: int | None = None  # tokens; longer prompts rejected, outputs cut (None: no cap)
     max_concurrency: int | None = None  # requests in the system at once (closed loop); None: open
     admission: AdmissionControl | None = None  # rejects arrivals over its limits; None: admit all
+    watch: SloWatch | None = None  # stops the run once its SLO verdict is certain (verdict.py)
     env: simpy.Environment = field(default_factory=simpy.Environment)
 
     def run(self) -> list[InstanceStats]:
@@ -100,6 +102,9 @@ class Simulation:
             state.timeouts = self._timeouts(state)
             self.env.process(state.timeouts.process())
         self.env.process(self._arrivals(source, state, self.max_concurrency))
+        if self.watch is not None:  # stops the run once its SLO verdict is certain
+            self.env.process(self.watch.process(self.env, state.live,
+                                                lambda: state.num_done < state.total))
         for i, ex in enumerate(self.executors):
             bind = getattr(ex, "bind_clock", None)  # executors sharing stages in time
             if bind is not None:  # (sim/cluster/pipeline.py) read the simulated clock
@@ -185,6 +190,8 @@ class Simulation:
             if r.status is not RequestStatus.FINISHED:  # failed, rejected or cancelled
                 rec.event(now, r.status.value, r.request_id, f"{r.reason}: {r.reason_detail}")
         if done:
+            if self.watch is not None:
+                self.watch.on_final(done, now)
             if rec.records is not None:
                 rec.records.add(done)
             state.done(len(done))
