@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from experiments.capacity.main import main as capacity_main
-from experiments.capacity.probe import ProbeSettings, probe
+from experiments.capacity.probe import STOPPED, ProbeSettings, probe
 from experiments.config.load import load_config
 from sim.core.request import Request, RequestStatus
 from sim.engine.verdict import SloWatch, VerdictReached
@@ -91,7 +91,11 @@ def test_a_capacity_search_with_early_stop_finds_the_same_capacities(tmp_path):
     assert early["capacity_rps"].tolist() == full["capacity_rps"].tolist()
     assert early["failing_rps"].tolist() == full["failing_rps"].tolist()
     probes = pd.read_csv(tmp_path / "early" / "capacity_probes.csv")
-    assert probes["missed"].fillna("").str.startswith("certain before the end").any()
+    stopped = probes["missed"].fillna("").str.startswith("certain before the end")
+    assert stopped.any()
+    assert (probes.loc[stopped, "steady_reason"] == STOPPED).all()
+    unsteady = (~probes["steady"].astype(bool) & ~stopped).sum()  # stopped: not judged on it
+    assert early["unsteady_probes"].sum() == unsteady
 
 
 def test_early_stop_takes_only_a_boolean():

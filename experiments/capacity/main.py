@@ -52,7 +52,7 @@ from experiments.capacity.args import (SEED_AGGREGATES, parse_args, parse_rates,
                                        search_from_args, settings_from_args)
 from experiments.capacity.bisect import Capacity, RateSearch, SearchConfig, search_capacity
 from experiments.capacity.classes import check_class_slos, own_class_slos
-from experiments.capacity.probe import Key, PROBE_KEYS, ProbeSettings, run_searches
+from experiments.capacity.probe import STOPPED, Key, PROBE_KEYS, ProbeSettings, run_searches
 from experiments.capacity.probe_length import ProbeRule
 from experiments.capacity.rates import format_rates, run_rates
 from experiments.capacity.table import format_table, result_line, unsteady_warnings
@@ -158,7 +158,8 @@ def policy_result(cfg: ExperimentConfig, index: int, slo: SLO | None,
     values = list(caps.values())
     mine = [p for p in probes if p["index"] == index]
     at_capacity = [p for p in mine if p["meets_slo"] and p["rate"] == caps[p["seed"]]]
-    unsteady = sorted((p for p in mine if not p["steady"]), key=lambda p: p["rate"])
+    unsteady = sorted((p for p in mine if not p["steady"] and p["steady_reason"] != STOPPED),
+                      key=lambda p: p["rate"])  # a probe stopped early was not judged on it
 
     def mean_at_capacity(key: str) -> float:
         return sum(p[key] for p in at_capacity) / len(at_capacity) if at_capacity else math.nan

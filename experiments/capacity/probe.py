@@ -53,6 +53,7 @@ PROBE_KEYS = ("num_requests", "completed", "rejected", "failed", "num_length_cap
 STEADY_KEYS = ("offered_rps", "delivered_rps", "queue_growth_rps",
                "measured_requests")  # the steady-state check's figures kept for every probe
 Key = tuple[int, int]  # (index of the policy entry, seed)
+STOPPED = "stopped early (the SLO verdict was certain)"  # steady_reason of a stopped probe
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def stopped_row(stop: VerdictReached, num_requests: int, note: str,
     """The row of a probe stopped once it certainly missed: the verdict, no metrics."""
     nan = math.nan
     return {"missed": f"certain before the end: {stop.reason}", "steady": False,
-            "steady_reason": "stopped early (the SLO verdict was certain)",
+            "steady_reason": STOPPED,
             **{k: nan for k in STEADY_KEYS}, **{k: nan for k in PROBE_KEYS},
             "num_requests": num_requests, "all_slo_attainment": nan, "probe_note": note,
             "probe_doublings": doubling}
@@ -184,7 +185,7 @@ def probe_line(row: Mapping[str, Any]) -> str:
         return "-" if value is None or not math.isfinite(float(value)) else format(value, fmt)
 
     verdict = "pass" if row["meets_slo"] else f"FAIL ({row['missed']})"
-    steady = "" if row["steady"] else "NOT STEADY, "
+    steady = "" if row["steady"] or row["steady_reason"] == STOPPED else "NOT STEADY, "
     doubled = row.get("probe_doublings") or 0
     size = f"{row['num_requests']} requests" + (f" (doubled {doubled}x)" if doubled else "")
     return (f"probe {row['label']} seed {row['seed']} @ {row['rate']:.4g} req/s, {size}: {steady}"
