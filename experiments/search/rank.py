@@ -24,7 +24,7 @@ from experiments.search.config import SearchExperiment
 from experiments.search.prune import Screened
 
 SECONDS_PER_HOUR = 3600.0  # seconds
-KNOBS = ("tensor_parallel", "scheduler", "max_num_seqs", "token_budget", "num_prefill",
+KNOBS = ("tensor_parallel", "pipeline_parallel", "scheduler", "max_num_seqs", "token_budget", "num_prefill",
          "num_decode", "prefill_tp", "decode_tp")  # search.csv columns of a candidate's values
 
 
@@ -43,13 +43,20 @@ def gpu_price(search: SearchExperiment, gpu: str) -> float:
 
 
 def at_capacity(probes: pd.DataFrame, label: str, capacity: float) -> dict[str, float]:
-    """Mean p90 TTFT and p99 TPOT (seconds) of a candidate's passing probes at its capacity."""
+    """Mean p90 TTFT and p99 TPOT (seconds) of a candidate's passing probes at its capacity,
+    and the share of their requests the deployment rejected (a prompt over its batch token
+    budget, over its context: each counts as a miss, and a deployment may meet the SLO while
+    turning some away)."""
+    nan = math.nan
     if not len(probes) or capacity <= 0:
-        return {"p90_ttft_s": math.nan, "p99_tpot_s": math.nan}
+        return {"p90_ttft_s": nan, "p99_tpot_s": nan, "rejected_share": nan}
     mine = probes[(probes["label"] == label) & probes["meets_slo"].astype(bool)
                   & (probes["rate"] == capacity)]
-    return {key: float(mine[key].mean()) if len(mine) else math.nan
-            for key in ("p90_ttft_s", "p99_tpot_s")}
+    out = {key: float(mine[key].mean()) if len(mine) else nan
+           for key in ("p90_ttft_s", "p99_tpot_s")}
+    out["rejected_share"] = float((mine["rejected"] / mine["num_requests"]).mean()) \
+        if len(mine) else nan
+    return out
 
 
 def base_row(screened: Screened) -> dict[str, Any]:

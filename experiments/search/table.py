@@ -12,7 +12,7 @@ COLUMNS = {"rank": "rank", "label": "candidate", "num_gpus": "GPUs",
            "capacity_rps": "req/s", "capacity_per_gpu": "req/s/GPU",
            "usd_per_hour": "$/h", "requests_per_usd": "req/$",
            "usd_per_m_output_tokens": "$/M out", "p90_ttft_s": "p90 TTFT s",
-           "p99_tpot_s": "p99 TPOT s"}  # column -> heading
+           "p99_tpot_s": "p99 TPOT s", "rejected_share": "rejected"}  # column -> heading
 TARGET_COLUMNS = {"replicas": "replicas", "total_gpus": "total GPUs",
                   "total_usd_per_hour": "total $/h"}  # with a target rate
 
