@@ -152,3 +152,19 @@ def test_run_capacity_flag_and_errors(tmp_path, capsys):
     no_slo = {k: v for k, v in TINY.items() if k != "slo"}
     assert capacity_main([str(write(tmp_path, no_slo))]) == 2
     assert "slo" in capsys.readouterr().err
+
+
+def test_capacity_probes_run_as_ray_tasks_with_the_same_results(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    raw = {**TINY, "policies": [{"name": "vllm_v0", "params": {"max_num_seqs": 16}}]}
+    argv = [str(write(tmp_path, raw)), "--rel-tol", "0.3", "--max-rate", "16", "--probe-s", "0",
+            "--probe-kv", "0", "--no-progress"]
+    try:
+        assert capacity_main([*argv, "--out", str(tmp_path / "ray"), "--ray"]) == 0
+    finally:
+        ray.shutdown()
+    assert capacity_main([*argv, "--out", str(tmp_path / "local")]) == 0
+    a = pd.read_csv(tmp_path / "ray" / "capacity_probes.csv").drop(columns="wall_s")
+    b = pd.read_csv(tmp_path / "local" / "capacity_probes.csv").drop(columns="wall_s")
+    pd.testing.assert_frame_equal(a, b)

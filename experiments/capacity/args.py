@@ -48,6 +48,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         "a long check of a capacity with --probe-s 1800")
     parser.add_argument("--no-progress", action="store_true",
                         help="print nothing per probe or policy")
+    parser.add_argument("--ray", action="store_true",
+                        help="run the probes as Ray tasks (RAY_ADDRESS names a cluster; "
+                        "pip install -e '.[ray]')")
     parser.add_argument("--early-stop", action="store_true",
                         help="stop a probe as soon as it certainly misses an attainment-form "
                         "SLO (faster; its capacity_probes.csv row keeps the verdict, not the "

@@ -103,9 +103,10 @@ def check_retimable(cfg: ExperimentConfig) -> SLO | None:
 
 def run_capacity(cfg: ExperimentConfig, out_dir: Path, search: SearchConfig = SearchConfig(),
                  *, progress: bool = True, jobs: int = 1, seed_aggregate: str = "min",
-                 settings: ProbeSettings = ProbeSettings()) -> list[dict[str, Any]]:
-    """Search every policy's capacity for every seed; write the results as each policy
-    finishes, and OUT/capacity.png at the end. The rules (`rules(settings)`, and which class
+                 settings: ProbeSettings = ProbeSettings(),
+                 use_ray: bool = False) -> list[dict[str, Any]]:
+    """Search every policy's capacity for every seed (probes as Ray tasks with `use_ray`);
+    write the results as each policy finishes, and OUT/capacity.png at the end. The rules (`rules(settings)`, and which class
     SLOs are checked) are printed first when `progress`."""
     if seed_aggregate not in SEED_AGGREGATES:
         raise ConfigError("--seed-aggregate", seed_aggregate, "must be min or mean")
@@ -125,7 +126,7 @@ def run_capacity(cfg: ExperimentConfig, out_dir: Path, search: SearchConfig = Se
                     print(result_line(results[i]), flush=True)
         write_results(out_dir, [results[i] for i in sorted(results)], probes)
 
-    run_searches(cfg, slo, base, search, jobs, progress, on_round, settings)
+    run_searches(cfg, slo, base, search, jobs, progress, on_round, settings, use_ray)
     ordered = [results[i] for i in sorted(results)]
     write_plot(out_dir)
     return ordered
@@ -247,7 +248,7 @@ def capacity_command(args: argparse.Namespace) -> int:
         search = search_from_args(args)
         results = run_capacity(cfg, out_dir, search, progress=not args.no_progress,
                                jobs=args.jobs, seed_aggregate=args.seed_aggregate,
-                               settings=settings)
+                               settings=settings, use_ray=args.ray)
         table = format_table(results)
     describe = cfg.slo.describe() if cfg.slo else "the class SLOs"
     print(f"\n{cfg.name}: capacity under {describe} -> {out_dir}\n{table}")

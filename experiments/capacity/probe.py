@@ -195,9 +195,20 @@ def probe_line(row: Mapping[str, Any]) -> str:
             f"p99 TBT {num('p99_itl_s', '.3g')} s -> {verdict} ({row['wall_s']:.1f} s wall)")
 
 
-def probe_results(calls: Sequence[tuple], jobs: int) -> Iterator[dict[str, Any]]:
-    """The rows of `probe(*call)` for every call: in this process (jobs 1, in order) or in a
-    pool (as they finish)."""
+def probe_task(cfg: ExperimentConfig, rest: tuple) -> dict[str, Any]:
+    """`probe(cfg, *rest)`: one Ray task (the config shipped once, by reference)."""
+    return probe(cfg, *rest)
+
+
+def probe_results(calls: Sequence[tuple], jobs: int,
+                  use_ray: bool = False) -> Iterator[dict[str, Any]]:
+    """The rows of `probe(*call)` for every call: as Ray tasks (`use_ray`, as they finish;
+    experiments/sweep/ray_backend.py), in this process (jobs 1, in order) or in a pool (as they
+    finish)."""
+    if use_ray and calls:
+        from experiments.sweep.ray_backend import ray_outputs
+
+        return ray_outputs(probe_task, calls[0][0], [call[1:] for call in calls])
     if jobs <= 1 or len(calls) <= 1:
         return (probe(*call) for call in calls)
     return completed(probe, calls, min(jobs, len(calls)))
@@ -207,9 +218,11 @@ def run_searches(cfg: ExperimentConfig, slo: SLO | None, base: pd.DataFrame | No
                  search: SearchConfig, jobs: int = 1, progress: bool = True,
                  on_round: Callable[[dict[Key, RateSearch], list[dict[str, Any]]], None]
                  | None = None,
-                 settings: ProbeSettings = ProbeSettings()) -> dict[Key, RateSearch]:
+                 settings: ProbeSettings = ProbeSettings(),
+                 use_ray: bool = False) -> dict[Key, RateSearch]:
     """Every policy's search for every seed; `on_round(searches, rows)` after each round with
-    the probe rows the searches used (in policy, seed, probe order)."""
+    the probe rows the searches used (in policy, seed, probe order). With `use_ray` the probes
+    run as Ray tasks (a Ray cluster beyond one machine)."""
     searches = {(i, seed): RateSearch(search) for i in range(len(cfg.policies))
                 for seed in cfg.seeds}
     while active := {key: s for key, s in searches.items() if not s.done}:
@@ -218,7 +231,7 @@ def run_searches(cfg: ExperimentConfig, slo: SLO | None, base: pd.DataFrame | No
         calls = [(cfg, i, slo, base, rate, seed, settings) for (i, seed), rates in asked.items()
                  for rate in rates]
         done: dict[tuple[int, int, float], dict[str, Any]] = {}
-        for row in probe_results(calls, jobs):
+        for row in probe_results(calls, jobs, use_ray):
             if progress:
                 print(probe_line(row), flush=True)
             done[(row["index"], row["seed"], row["rate"])] = row

@@ -27,6 +27,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", "-j", type=int, default=1,
                         help="probes in parallel in a local process pool (default 1; the "
                         "results do not depend on it)")
+    parser.add_argument("--ray", action="store_true",
+                        help="run the probes as Ray tasks, on a Ray cluster beyond one machine "
+                        "(RAY_ADDRESS; pip install -e '.[ray]')")
     parser.add_argument("--fresh", action="store_true",
                         help="do not reuse candidates an earlier run into --out finished")
     parser.add_argument("--dry-run", action="store_true",

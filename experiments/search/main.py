@@ -47,7 +47,7 @@ __all__ = ["main", "run_search"]
 
 def run_search(search: SearchExperiment, out_dir: Path, *, jobs: int = 1,
                progress: bool = True, fresh: bool = False,
-               dry_run: bool = False) -> dict[str, Any]:
+               dry_run: bool = False, use_ray: bool = False) -> dict[str, Any]:
     """The whole search; returns {"rows": every candidate's row, "lines": what it printed
     after the table, "out": the folder}, and writes every output."""
     if jobs < 1:
@@ -69,7 +69,7 @@ def run_search(search: SearchExperiment, out_dir: Path, *, jobs: int = 1,
         part = new_part(capacity_dir, search, todo)
         cfg = search.experiment([c.entry() for c in todo])
         for row in run_capacity(cfg, part, search.rates, progress=progress, jobs=jobs,
-                                settings=search.settings):
+                                settings=search.settings, use_ray=use_ray):
             results[row["label"]] = row
         frame = finished(part)[1]
         probes = pd.concat([f for f in (probes, frame) if len(f)], ignore_index=True) \
@@ -92,7 +92,7 @@ def search_command(args: argparse.Namespace) -> int:
     search = load_search_config(args.config, args.overrides, capacity_flags(args))
     out_dir = Path(args.out) if args.out else Path("results") / search.name
     done = run_search(search, out_dir, jobs=args.jobs, progress=not args.no_progress,
-                      fresh=args.fresh, dry_run=args.dry_run)
+                      fresh=args.fresh, dry_run=args.dry_run, use_ray=args.ray)
     target = search.space.target_rate
     order = (f"ranked by $ per hour for {target:g} req/s" if target is not None else
              "ranked by requests per dollar")
