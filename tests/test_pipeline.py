@@ -135,6 +135,26 @@ def test_moe_models_and_static_batches_are_refused_by_name():
     assert err.value.field == "cluster.pipeline_parallel"
 
 
+def test_an_instance_group_may_run_a_pipeline_for_a_disaggregated_pool():
+    spec = ClusterSpec(model="llama-2-7b", gpu="A100-80GB", instances=(
+        {"tensor_parallel": 2, "pipeline_parallel": 2, "count": 1},
+        {"tensor_parallel": 1, "count": 2}))
+    executors = build_executors(spec)
+    assert [type(ex).__name__ for ex in executors] == ["PipelineExecutor"] * 2 + \
+        ["CostModelExecutor"] * 2
+    infos = {ex.instance_info(0).kv_bytes_per_token for ex in executors}
+    assert len(infos) == 1  # the pools serve one model: the whole model's KV per token
+    trace = make_trace([(0.1 * i, 300, 20) for i in range(10)])
+    res = simulate(trace, "disagg", {"num_prefill": 2}, executors)  # 2 virtual prefill instances
+    assert res.records["status"].eq("finished").all()
+    duration = float(res.summary["duration_s"])
+    cost = run_cost_summary(spec, res.records, res.instances, duration)
+    assert cost["gpu_hours"] == pytest.approx(6 * duration / 3600)  # 2 x 2 + 2 x 1 GPUs
+    with pytest.raises(ConfigError) as err:  # a cluster-wide pipeline with groups: ambiguous
+        ClusterSpec(pipeline_parallel=2, instances=({"tensor_parallel": 2},))
+    assert err.value.field == "cluster.pipeline_parallel"
+
+
 def test_pipeline_of_one_stage_is_the_plain_deployment():
     spec = ClusterSpec(model="llama-2-7b")
     assert dataclasses.replace(spec, pipeline_parallel=1) == spec

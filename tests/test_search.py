@@ -84,6 +84,20 @@ def test_pipeline_stages_multiply_an_instances_gpus_and_show_in_the_label():
     assert "pipeline_parallel" not in by_label["H100x8_tp8_vllm"].entry()["cluster"]
 
 
+def test_disaggregated_pools_may_run_pipelines():
+    raw = with_("search", {"gpus": ["A10G"], "max_gpus": 4, "tensor_parallel": [1],
+                           "disagg": {"ratios": ["1:1"], "prefill_pp": [1, 2]}})
+    search = search_from_dict(raw, "x")
+    units = [c for c in enumerate_candidates(search.space)[0] if c.kind == "disagg"]
+    by_label = {c.label: c for c in units}
+    assert set(by_label) == {"A10Gx2_disagg_1P1D_tp1", "A10Gx3_disagg_1P1D_tp1_ppp2_dpp1"}
+    pipe = by_label["A10Gx3_disagg_1P1D_tp1_ppp2_dpp1"]
+    assert pipe.params["num_prefill"] == 2  # the prefill pipeline's two virtual instances
+    assert pipe.cluster["instances"][0] == {"tensor_parallel": 1, "count": 1,
+                                            "pipeline_parallel": 2}
+    assert screen(search, pipe, 100).pruned == ""
+
+
 def test_a_pipeline_of_what_it_does_not_model_is_pruned_as_invalid():
     raw = with_("search", {"gpus": ["A10G"], "max_gpus": 2, "tensor_parallel": [1],
                            "pipeline_parallel": [2], "schedulers": ["vllm", "vanilla"]})

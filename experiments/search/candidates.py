@@ -93,17 +93,23 @@ def disaggregated(space: DeploymentSpace, gpu: str, tag: str) -> list[Candidate]
     if space.disagg is None:
         return []
     out = []
-    for (p, d), ptp, dtp in itertools.product(space.disagg.pd_pairs(), space.disagg.prefill_tp,
-                                              space.disagg.decode_tp):
-        size = p * ptp + d * dtp
+    disagg = space.disagg
+    for (p, d), ptp, dtp, ppp, dpp in itertools.product(
+            disagg.pd_pairs(), disagg.prefill_tp, disagg.decode_tp, disagg.prefill_pp,
+            disagg.decode_pp):
+        size = p * ptp * ppp + d * dtp * dpp
         tp_tag = f"tp{ptp}" if ptp == dtp else f"ptp{ptp}_dtp{dtp}"
+        pp_tag = "" if ppp == dpp == 1 else f"_ppp{ppp}_dpp{dpp}"
         groups = [{"tensor_parallel": ptp, "count": p}, {"tensor_parallel": dtp, "count": d}]
+        for group, stages in zip(groups, (ppp, dpp)):
+            if stages > 1:  # a pipeline: `stages` virtual instances each (docs/pipeline.md)
+                group["pipeline_parallel"] = stages
         out.append(Candidate(
-            f"{tag}x{size}_disagg_{p}P{d}D_{tp_tag}", "disagg", gpu, size, "disagg",
-            {"num_prefill": p, "link": space.disagg.link},
+            f"{tag}x{size}_disagg_{p}P{d}D_{tp_tag}{pp_tag}", "disagg", gpu, size, "disagg",
+            {"num_prefill": p * ppp, "link": disagg.link},
             {"gpu": gpu, "num_instances": p + d, "instances": groups},
             {"num_prefill": p, "num_decode": d, "prefill_tp": ptp, "decode_tp": dtp,
-             "scheduler": "disagg"}))
+             "prefill_pp": ppp, "decode_pp": dpp, "scheduler": "disagg"}))
     return out
 
 

@@ -24,8 +24,9 @@ from experiments.search.config import SearchExperiment
 from experiments.search.prune import Screened
 
 SECONDS_PER_HOUR = 3600.0  # seconds
-KNOBS = ("tensor_parallel", "pipeline_parallel", "scheduler", "max_num_seqs", "token_budget", "num_prefill",
-         "num_decode", "prefill_tp", "decode_tp")  # search.csv columns of a candidate's values
+KNOBS = ("tensor_parallel", "pipeline_parallel", "scheduler", "max_num_seqs", "token_budget",
+         "num_prefill", "num_decode", "prefill_tp", "decode_tp", "prefill_pp",
+         "decode_pp")  # search.csv columns of a candidate's values
 
 
 def number(value: Any) -> float:

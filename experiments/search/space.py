@@ -50,6 +50,8 @@ class DisaggSpace:
 
     prefill_tp: tuple[int, ...] = (1,)  # GPUs per prefill instance (tensor parallelism) tried
     decode_tp: tuple[int, ...] = (1,)  # GPUs per decode instance tried
+    prefill_pp: tuple[int, ...] = (1,)  # pipeline stages per prefill instance tried
+    decode_pp: tuple[int, ...] = (1,)  # pipeline stages per decode instance tried
     ratios: tuple[str, ...] = ("1:1",)  # 'P:D' instance counts tried, e.g. '1:2'
     link: str = "rdma_400g"  # KV link between the pools (a sim/memory/kv_transfer.py preset)
 
@@ -58,6 +60,8 @@ class DisaggSpace:
 
         int_list(f"{WHERE}.disagg.prefill_tp", self.prefill_tp)
         int_list(f"{WHERE}.disagg.decode_tp", self.decode_tp)
+        int_list(f"{WHERE}.disagg.prefill_pp", self.prefill_pp)
+        int_list(f"{WHERE}.disagg.decode_pp", self.decode_pp)
         if not self.ratios:
             raise ConfigError(f"{WHERE}.disagg.ratios", [], "list at least one 'P:D' ratio")
         seen: list[tuple[int, int]] = []
@@ -167,7 +171,8 @@ def space_from_dict(value: object) -> DeploymentSpace:
     disagg = None
     if raw.get("disagg") is not None:
         inner = mapping(f"{WHERE}.disagg", raw["disagg"])
-        check_keys(f"{WHERE}.disagg", inner, ("prefill_tp", "decode_tp", "ratios", "link"))
+        check_keys(f"{WHERE}.disagg", inner, ("prefill_tp", "decode_tp", "prefill_pp",
+                                              "decode_pp", "ratios", "link"))
         disagg = DisaggSpace(**{k: (v if k == "link" else
                                     tuple(listed(f"{WHERE}.disagg.{k}", v)))
                                 for k, v in inner.items()})

@@ -37,7 +37,9 @@ C = TypeVar("C", bound=GroupedCluster)  # the cluster type (ClusterSpec)
 
 # ClusterSpec fields an instance group may override
 INSTANCE_FIELDS: tuple[str, ...] = ("gpu", "tensor_parallel", "weight_dtype", "kv_dtype",
-                                    "gpu_memory_utilization", "expert_parallel")
+                                    "gpu_memory_utilization", "expert_parallel",
+                                    "pipeline_parallel")  # a group's pipeline: one virtual
+# instance per stage (sim/cluster/pipeline.py), so its `count` instances are count x stages
 
 
 def normalize_instances(groups: object, num_instances: int) -> tuple[tuple[dict, ...], int]:
@@ -89,10 +91,12 @@ def build_heterogeneous(spec: C, build: Callable[[C], list]) -> list:
     executors: list = []
     for k, group in enumerate(spec.instances):
         fields = {key: v for key, v in group.items() if key != "count"}
+        pipelines = fields.get("pipeline_parallel", 1) > 1  # stages share clocks: built whole
         try:
-            one = build(dataclasses.replace(spec, instances=(), num_instances=1, **fields))[0]
+            built = build(dataclasses.replace(spec, instances=(), **fields,
+                                              num_instances=group["count"] if pipelines else 1))
         except ConfigError as err:
             raise ConfigError(f"cluster.instances[{k}].{err.field.removeprefix('cluster.')}",
                               err.value, err.reason) from None
-        executors.extend([one] * group["count"])
+        executors.extend(built if pipelines else [built[0]] * group["count"])
     return executors

@@ -20,8 +20,8 @@ times plus transfers (the GPipe closed form, `tests/test_pipeline.py`).
 Each virtual instance runs one iteration per step (a step is cut after its first iteration,
 as an arrival cuts it), so every stage reservation is one the engine runs. What is not
 modelled yet, refused by name: static batches (a policy whose steps may not be cut), MoE models,
-draft models, Medusa heads, LoRA, calibrated or real backends, scheduling overhead, per-group
-instances. A virtual instance's busy time is its passes' time in the pipeline, waits for a busy
+draft models, Medusa heads, LoRA, calibrated or real backends, scheduling overhead, a
+cluster-wide pipeline with instance groups (a group may have its own: `cluster.instances`). A virtual instance's busy time is its passes' time in the pipeline, waits for a busy
 stage included, so a run's energy counts a waiting pass as busy (docs/pipeline.md).
 """
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from sim.cluster.cost_executor import CostModelExecutor
 from sim.core.executor import InstanceInfo, Step, StepResult
-from sim.cost.deployment import ACT_DTYPE_BYTES, DeploymentSpec, stage_layers
+from sim.cost.deployment import ACT_DTYPE_BYTES, DeploymentSpec, kv_dtype_bytes, stage_layers
 from sim.memory.kv_transfer import Link
 from sim.util.errors import ConfigError
 
@@ -112,9 +112,12 @@ class PipelineExecutor:
 
     def instance_info(self, instance_id: int) -> InstanceInfo:
         """What a policy may know about this virtual instance."""
-        info = self.full.instance_info(instance_id)
+        info = self.full.instance_info(instance_id)  # its GPU, links; the model's own layers:
+        model = self.deployment.model
         return dataclasses.replace(info, kv_capacity_tokens=self.capacity, name=self.name,
-                                   num_layers=self.deployment.model.num_layers)
+                                   num_layers=model.num_layers, kv_bytes_per_token=float(
+                                       model.kv_bytes_per_token(
+                                           kv_dtype_bytes(self.deployment.kv_dtype))))
 
     def stage_seconds(self, step: Step) -> list[float]:
         """Seconds of each stage for the step's first iteration: k d per stage of k layers,
