@@ -263,3 +263,14 @@ def test_resume_ignores_a_changed_candidate(tmp_path):
     assert "reused" not in again["lines"][0]
     assert len(list((out / "capacity").glob("part-*"))) == 2
     assert Path(again["out"]) == out.resolve()
+
+
+def test_a_changed_simulator_or_trace_changes_the_fingerprint(monkeypatch):
+    import experiments.search.resume as resume
+
+    search = search_from_dict(TINY, "x")
+    first = enumerate_candidates(search.space)[0][0]
+    before = resume.fingerprint(search, first)
+    monkeypatch.setattr(resume, "simulator_version", lambda: "0.1.0+src.edited")
+    assert resume.fingerprint(search, first) != before
+    assert resume.trace_content(search) is None  # a synthetic workload: no file to read

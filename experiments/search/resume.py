@@ -1,13 +1,13 @@
 """Resuming a search: the capacity runs of earlier invocations, reused where nothing changed.
 
-The capacity search itself has no resume (`run_capacity` starts every policy afresh and
-rewrites its OUT/capacity.csv), but it writes each policy's row as soon as that policy
-finishes. So each invocation of the deployment search runs its capacity search in a new folder
+The capacity search itself has no resume (`run_capacity` starts every policy afresh and rewrites
+its OUT/capacity.csv), but it writes each policy's row as soon as that policy finishes. So each
+invocation of the deployment search runs its capacity search in a new folder
 OUT/capacity/part-<k>, next to `candidates.json` (label -> fingerprint of everything its result
 depends on: its policy entry, the shared experiment sections, the rate search and the probe
-rules). A later invocation reuses every finished candidate of every earlier part whose
-fingerprint is unchanged (the latest part wins) and runs only the others: an interrupted search
-loses only its unfinished candidates.
+rules, the simulator's code, the trace file's content). A later invocation reuses every finished
+candidate of every earlier part whose fingerprint is unchanged (the latest part wins) and runs
+only the others: an interrupted search loses only its unfinished candidates.
 """
 
 from __future__ import annotations
@@ -20,21 +20,33 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from experiments.files.resume import file_digest, simulator_version
 from experiments.report.results import write_json
 from experiments.search.candidates import Candidate
 from experiments.search.config import SearchExperiment
+from experiments.sweep.workload import trace_path
 
 PART = "part-{}"  # one invocation's capacity folder under OUT/capacity
 FINGERPRINTS = "candidates.json"  # label -> fingerprint, in each part
 
 
 def fingerprint(search: SearchExperiment, candidate: Candidate) -> str:
-    """A hash of everything a candidate's capacity depends on."""
+    """A hash of everything a candidate's capacity depends on: its entry, the shared sections,
+    the rate search and probe rules, the simulator's code (as a sweep's resume reads it,
+    experiments/files/resume.py) and the trace file's content."""
     data = {"entry": candidate.entry(), "shared": search.shared,
             "rates": dataclasses.asdict(search.rates),
-            "settings": dataclasses.asdict(search.settings)}
+            "settings": dataclasses.asdict(search.settings),
+            "simulator": simulator_version(), "trace": trace_content(search)}
     text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def trace_content(search: SearchExperiment) -> str | None:
+    """The digest of the trace file the workload reads (None: a synthetic workload)."""
+    trace = search.experiment([{"name": "vllm", "cluster": {"gpu": search.space.gpus[0]}}]) \
+        .workload.trace
+    return None if trace is None else file_digest(trace_path(trace))
 
 
 def parts(capacity_dir: Path) -> list[Path]:
