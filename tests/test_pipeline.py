@@ -155,6 +155,13 @@ def test_an_instance_group_may_run_a_pipeline_for_a_disaggregated_pool():
     assert err.value.field == "cluster.pipeline_parallel"
 
 
+def test_a_model_with_sliding_window_layers_runs_in_a_pipeline():
+    executors = build_executors(ClusterSpec(model="gemma-2-9b", gpu="H100-80GB",
+                                            pipeline_parallel=2))
+    res = simulate(make_trace([(0.0, 500, 5)]), "vllm", {}, executors)
+    assert res.records["status"].eq("finished").all()
+
+
 def test_pipeline_of_one_stage_is_the_plain_deployment():
     spec = ClusterSpec(model="llama-2-7b")
     assert dataclasses.replace(spec, pipeline_parallel=1) == spec

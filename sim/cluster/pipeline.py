@@ -155,7 +155,9 @@ def timing_executor(deployment: DeploymentSpec, num_layers: int,
                     build_cost_model: Callable[[DeploymentSpec], Any]) -> CostModelExecutor:
     """An executor timing the deployment's steps on a model of `num_layers` layers on one
     tensor-parallel group (memory checks off: only its time is read)."""
-    model = dataclasses.replace(deployment.model, num_layers=num_layers)
+    whole = deployment.model  # its sliding-window layers are not priced (sim/models/model_spec.py)
+    model = dataclasses.replace(whole, num_layers=num_layers,
+                                num_sliding_layers=min(whole.num_sliding_layers, num_layers))
     gpu = dataclasses.replace(deployment.gpu, memory_bytes=deployment.gpu.memory_bytes * 1024)
     timed = dataclasses.replace(deployment, model=model, gpu=gpu, pipeline_parallel=1)
     return CostModelExecutor(build_cost_model(timed))
