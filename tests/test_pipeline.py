@@ -158,7 +158,7 @@ def test_an_instance_group_may_run_a_pipeline_for_a_disaggregated_pool():
 def test_a_model_with_sliding_window_layers_runs_in_a_pipeline():
     executors = build_executors(ClusterSpec(model="gemma-2-9b", gpu="H100-80GB",
                                             pipeline_parallel=2))
-    res = simulate(make_trace([(0.0, 500, 5)]), "vllm", {}, executors)
+    res = simulate(make_trace([(0.0, 500, 5)]), "vllm", {}, executors, max_model_len=4096)
     assert res.records["status"].eq("finished").all()
 
 
