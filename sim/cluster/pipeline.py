@@ -77,11 +77,10 @@ class PipelineExecutor:
     """One virtual instance of a pipeline: its share of the KV cache, its passes timed through
     the shared `PipelineClock`."""
 
-    def __init__(self, full: CostModelExecutor, less: CostModelExecutor, num_layers: int,
-                 clock: PipelineClock, capacity_tokens: int, deployment: DeploymentSpec) -> None:
-        self.full = full  # the step on a model of `num_layers` layers (one TP group)
-        self.less = less  # the same step on `num_layers - 1` layers
-        self.num_timed_layers = num_layers  # layers of `full`'s model
+    def __init__(self, full: CostModelExecutor, less: CostModelExecutor, clock: PipelineClock,
+                 capacity_tokens: int, deployment: DeploymentSpec) -> None:
+        self.full = full  # the step on a model of n layers (one TP group)
+        self.less = less  # the same step on n - 1 layers
         self.clock = clock  # the stages, shared by the pipeline's virtual instances
         self.capacity = capacity_tokens  # tokens: this virtual instance's share of the KV
         self.deployment = deployment  # the pipeline's deployment (memory, name)
@@ -124,7 +123,8 @@ class PipelineExecutor:
         the rest of the iteration (F) on the last."""
         t_full = self.full.execute(step).duration_s
         per_layer = max(t_full - self.less.execute(step).duration_s, 0.0)
-        rest = max(t_full - self.num_timed_layers * per_layer, 0.0)
+        n = self.full.num_layers  # layers of the timing model
+        rest = max(t_full - n * per_layer, 0.0)
         out = [k * per_layer for k in self.clock.layers]
         out[-1] += rest
         return out
@@ -141,11 +141,10 @@ class PipelineExecutor:
                               "iteration-level policies (vllm, vllm_v0, sarathi, orca, ...)")
         one = step if step.num_iterations == 1 else dataclasses.replace(step, num_iterations=1)
         stage_s = self.stage_seconds(one)
-        now = self.clock.now()
-        transfer = self.clock.transfer_s(sum(one.num_new_tokens),
-                                         self.deployment.model.hidden_size)
+        now, num_tokens = self.clock.now(), sum(one.num_new_tokens)
+        transfer = self.clock.transfer_s(num_tokens, self.deployment.model.hidden_size)
         duration = self.clock.pass_through(now, stage_s, transfer) - now
-        kv = sum(one.num_new_tokens) + sum(one.num_context_tokens) - one.num_shared_kv_tokens
+        kv = num_tokens + sum(one.num_context_tokens) - one.num_shared_kv_tokens
         if kv > self.capacity:
             return StepResult(duration, np.empty(0), oom=True)
         return StepResult(duration, np.array([duration]))
@@ -172,13 +171,13 @@ def build_pipeline_executors(deployment: DeploymentSpec, num_instances: int, lin
                           f"parallelism is modelled for dense models only")
     p, layers = deployment.pipeline_parallel, stage_layers(deployment.model.num_layers,
                                                             deployment.pipeline_parallel)
-    n = max(layers)
-    full = timing_executor(deployment, max(n, 2), build_cost_model)
-    less = timing_executor(deployment, max(n, 2) - 1, build_cost_model)
+    n = max(max(layers), 2)  # the busiest stage's layers (two at least: one to difference)
+    full = timing_executor(deployment, n, build_cost_model)
+    less = timing_executor(deployment, n - 1, build_cost_model)
     share = deployment.kv_capacity_tokens // p
     executors = []
     for _ in range(num_instances):
         clock = PipelineClock(layers, link)
-        executors += [PipelineExecutor(full, less, max(n, 2), clock, share, deployment)
+        executors += [PipelineExecutor(full, less, clock, share, deployment)
                       for _ in range(p)]
     return executors

@@ -19,7 +19,6 @@ from sim.memory.block_state import BlockKey, BlockState
 class CachedBlocks(BlockState):
     """Prefix-cache paths of BlockManager (a mix-in: it uses the manager's tables and maps)."""
 
-    blocks_for: Callable[[int], int]  # BlockManager's
     _cache_blocks: Callable[..., int]  # BatchedBlocks' (no stub: it would come first)
 
     @property

@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence, Union
 
 from sim.memory.block_manager import BlockKey, BlockManager, OutOfBlocks
-from sim.util.errors import ConfigError, check_positive
+from sim.memory.block_pool import BlockPool
 
 
-class CountingBlockManager:
+class CountingBlockManager(BlockPool):
     """Block counts per request; the free-block count is the total less their sum."""
 
     enable_caching = False  # never: block identity is not kept
@@ -29,15 +29,8 @@ class CountingBlockManager:
     num_cached_blocks = 0  # blocks registered under a content key: none
 
     def __init__(self, num_blocks: int, block_size: int = 16, watermark: float = 0.0) -> None:
-        check_positive("num_blocks", num_blocks)
-        check_positive("block_size", block_size)
-        if not 0.0 <= watermark < 1.0:
-            raise ConfigError("watermark", watermark, "must be in [0, 1)")
-        self.block_size = block_size  # tokens per block
-        self.num_total_blocks = num_blocks  # blocks in the cache
-        self.watermark_blocks = int(watermark * num_blocks)  # blocks kept free on admission
+        super().__init__(num_blocks, block_size, watermark)
         self.num_used_blocks = 0  # blocks some request holds
-        self._tokens: dict[int, int] = {}  # request id -> tokens its blocks hold
         self.num_queried_blocks = 0  # keys passed to allocate (blocks; none is ever cached)
 
     # ---- counters ---------------------------------------------------------------------
@@ -46,19 +39,8 @@ class CountingBlockManager:
         """Blocks no request holds."""
         return self.num_total_blocks - self.num_used_blocks
 
-    @property
-    def capacity_tokens(self) -> int:
-        return self.num_total_blocks * self.block_size
-
-    def blocks_for(self, num_tokens: int) -> int:
-        """Blocks needed to hold `num_tokens` tokens."""
-        return -(-num_tokens // self.block_size)
-
     def has(self, request_id: int) -> bool:
         return request_id in self._tokens
-
-    def num_tokens(self, request_id: int) -> int:
-        return self._tokens.get(request_id, 0)
 
     def num_blocks(self, request_id: int) -> int:
         """Blocks `request_id` holds (0 when none)."""

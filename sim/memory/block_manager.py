@@ -45,19 +45,8 @@ class BlockManager(CachedBlocks, BatchedBlocks):
     def num_used_blocks(self) -> int:
         return self.num_total_blocks - self.num_free_blocks
 
-    @property
-    def capacity_tokens(self) -> int:
-        return self.num_total_blocks * self.block_size
-
-    def blocks_for(self, num_tokens: int) -> int:
-        """Blocks needed to hold `num_tokens` tokens."""
-        return -(-num_tokens // self.block_size)
-
     def has(self, request_id: int) -> bool:
         return request_id in self._tables
-
-    def num_tokens(self, request_id: int) -> int:
-        return self._tokens.get(request_id, 0)
 
     def num_tokens_of(self, request_ids: Sequence[int]) -> list[int]:
         """`num_tokens` of each id, in one pass."""

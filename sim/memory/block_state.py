@@ -7,28 +7,21 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Hashable, Sequence
 
-from sim.util.errors import ConfigError, check_positive
+from sim.memory.block_pool import BlockPool
 
 BlockKey = Hashable  # a block's content key (sim.memory.prefix_keys: (chained hash, end token))
 
 
-class BlockState:
+class BlockState(BlockPool):
     """`num_blocks` blocks of `block_size` tokens, their references, tables and cache maps."""
 
     def __init__(self, num_blocks: int, block_size: int = 16, watermark: float = 0.0,
                  enable_caching: bool = False) -> None:
-        check_positive("num_blocks", num_blocks)
-        check_positive("block_size", block_size)
-        if not 0.0 <= watermark < 1.0:
-            raise ConfigError("watermark", watermark, "must be in [0, 1)")
-        self.block_size = block_size  # tokens per block
-        self.num_total_blocks = num_blocks  # blocks in the cache
-        self.watermark_blocks = int(watermark * num_blocks)  # blocks kept free on admission
+        super().__init__(num_blocks, block_size, watermark)
         self.enable_caching = enable_caching  # keep freed keyed blocks for reuse
         self._free: deque[int] = deque(range(num_blocks))  # never-keyed free blocks, lowest first
         self._ref = [0] * num_blocks  # references per block
         self._tables: dict[int, list[int]] = {}  # request id -> block ids
-        self._tokens: dict[int, int] = {}  # request id -> tokens its blocks hold
         # prefix cache (empty unless enable_caching)
         self._evictable: OrderedDict[int, BlockKey] = OrderedDict()  # free keyed blocks, LRU first
         self._cached: dict[BlockKey, int] = {}  # content key -> block
