@@ -155,6 +155,8 @@ def test_a_zero_load_latency_bound_past_the_slo_prunes():
     ("search.tensor_parallel", [1, 2, 0], "search.tensor_parallel[2]"),
     ("search.tensor_parallel", [1, 1], "search.tensor_parallel[1]"),
     ("search.pipeline_parallel", [1, True], "search.pipeline_parallel[1]"),
+    ("search.disagg.prefill_pp", [0], "search.disagg.prefill_pp[0]"),
+    ("search.disagg.decode_pp", [2, 2], "search.disagg.decode_pp[1]"),
     ("cluster.pipeline_parallel", 2, "cluster.pipeline_parallel"),
     ("capacity.early_stop", "yes", "capacity.early_stop"),
     ("search.gpus", ["A10G", "nope"], "search.gpus[1]"),
