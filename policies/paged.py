@@ -281,7 +281,7 @@ class PagedPolicy(PagedSteps, PrefixJumps, Policy):
                 r.fail(now, "outgrew the whole KV cache")
                 done.append(r)
         for r in done:
-            s.blocks.free(r.request_id)
+            s.blocks.free(r.request_id, finished=True)
             s.running.remove(r)
             if self.prefix is not None:
                 self.prefix.forget(r)

@@ -1,13 +1,15 @@
 """BlockManager's batched paths give what the one-at-a-time paths give: `grow_to_held` takes
 blocks as `append` request by request would, `cache_computed` caches as `cache_full_blocks`
 would (private keys of a request never preempted registered when it releases its blocks), and
-`free` of an unshared table fills the LRU and the free list in the block-by-block order."""
+`free` of an unshared table fills the LRU and the free list in the block-by-block order, and a
+finished request's private blocks, parked as one dead run, are evicted in that order too."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
 from sim.memory.block_manager import BlockManager
 
@@ -81,15 +83,16 @@ def test_a_preempted_request_registers_as_it_computes():
     assert bm._key_of == {0: private(7, 2)[0], 1: private(7, 2)[1]}
 
 
-def test_lazy_and_eager_managers_agree_through_a_random_run():
-    rng = np.random.default_rng(3)
-    lazy, eager = BlockManager(30, 4, enable_caching=True), Eager(30, 4, enable_caching=True)
+@pytest.mark.parametrize("seed", [3, 5])
+def test_lazy_and_eager_managers_agree_through_a_random_run(seed: int):
+    rng = np.random.default_rng(seed)
+    lazy, eager = BlockManager(60, 4, enable_caching=True), Eager(60, 4, enable_caching=True)
     reqs: dict[int, Req] = {}  # requests holding blocks
     preempted: dict[int, Req] = {}  # released, to come back (a finished one never does)
     shared = [11, 12, 13]  # content keys some requests start with
     finished: set[int] = set()  # ids not used again
-    for step in range(1500):
-        rid = int(rng.integers(0, 40))
+    for step in range(3000):
+        rid = int(rng.integers(0, 150))
         if rid in finished:
             continue
         r = reqs.get(rid)
@@ -104,15 +107,20 @@ def test_lazy_and_eager_managers_agree_through_a_random_run():
             r = preempted.pop(rid, None) or Req(rid)
             r.num_computed_tokens = len(hits) * 4
             reqs[rid] = r
-        elif rng.random() < 0.25:
+            if rng.random() < 0.5:  # its prompt computed in the admitting step
+                r.num_computed_tokens = n
+                for bm in (lazy, eager):
+                    bm.cache_computed([r], lambda _: keys)
+        elif rng.random() < 0.4:
+            done = rng.random() >= 0.5  # finished, else preempted: it may come back
             for bm in (lazy, eager):
-                bm.free(rid)
+                bm.free(rid, finished=done)
             del reqs[rid]
-            if rng.random() < 0.5:  # preempted: it may come back
+            if done:  # its private blocks park as one dead run in the lazy manager
+                finished.add(rid)
+            else:
                 r.num_preemptions += 1
                 preempted[rid] = r
-            else:  # finished
-                finished.add(rid)
         else:
             grow = int(rng.integers(1, 6))
             target = lazy.num_tokens(rid) + grow
@@ -123,8 +131,52 @@ def test_lazy_and_eager_managers_agree_through_a_random_run():
                 for bm in (lazy, eager):
                     bm.cache_computed([r], lambda _: keys)
         assert lazy.num_cached_blocks == eager.num_cached_blocks
-        if step % 50 == 0:
+        assert lazy.num_free_blocks == eager.num_free_blocks
+        assert lazy.num_evicted_blocks == eager.num_evicted_blocks
+        if step % 200 == 0:
             assert state(lazy) == state(eager)
+    assert lazy._num_runs_made > 10  # finished requests parked their private blocks as runs
     assert state(lazy) == state(eager)
     lazy.check()
     eager.check()
+
+
+def test_a_finished_requests_private_blocks_park_as_one_run():
+    lazy, eager = BlockManager(8, 4, enable_caching=True), Eager(8, 4, enable_caching=True)
+    r = Req(7, num_computed_tokens=16)
+    for bm in (lazy, eager):
+        bm.allocate(7, 18)  # blocks 0-4, the last holding 2 tokens
+        bm.cache_computed([r], lambda _: private(7, 4))
+        bm.free(7, finished=True)  # 3, 2, 1, 0 evictable (one run in `lazy`), 4 free
+    assert len(lazy._evictable) == 1 and lazy.num_run_blocks == 4
+    assert lazy.num_free_blocks == eager.num_free_blocks == 8
+    assert lazy.num_cached_blocks == eager.num_cached_blocks == 4
+    for bm in (lazy, eager):
+        bm.allocate(1, 16)  # never-keyed 5, 6, 7, 4, then evicts 3 (the run's head)
+        bm.allocate(2, 4)  # evicts 2
+    assert lazy.block_table(1) == eager.block_table(1) == [5, 6, 7, 4]
+    assert lazy.block_table(2) == eager.block_table(2) == [3]
+    for bm in (lazy, eager):
+        bm.allocate(3, 4)
+    assert lazy.block_table(3) == eager.block_table(3) == [2]
+    assert lazy.num_run_blocks == 2 and lazy.num_evicted_blocks == eager.num_evicted_blocks == 2
+    assert lazy.num_free_blocks == eager.num_free_blocks == 2
+    assert state(lazy) == state(eager)  # expands the run: 1, 0 registered, at the LRU's head
+    assert list(lazy._evictable) == [1, 0] and lazy.num_run_blocks == 0
+    lazy.check()
+
+
+def test_a_run_and_single_entries_are_evicted_in_queue_order():
+    lazy, eager = BlockManager(6, 4, enable_caching=True), Eager(6, 4, enable_caching=True)
+    for bm in (lazy, eager):
+        bm.allocate(1, 8, keys=[11])  # block 0 keyed by content, 1 private
+        bm.cache_full_blocks(1, [11], 4)
+        bm.cache_computed([Req(1, 8)], lambda _: [11, *private(1, 2)[1:]])
+        bm.allocate(2, 8)
+        bm.cache_computed([Req(2, 8)], lambda _: private(2, 2))
+        bm.free(1, finished=True)  # run [1], then 0 (content)
+        bm.free(2, finished=True)  # run [3, 2]
+        bm.allocate(3, 16)  # 4, 5 free, then evicts 1, 0
+    assert lazy.block_table(3) == eager.block_table(3) == [4, 5, 1, 0]
+    assert lazy.find_cached_prefix([11]) == eager.find_cached_prefix([11]) == []
+    assert state(lazy) == state(eager)

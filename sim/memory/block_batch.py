@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from sim.memory.block_state import BlockKey, BlockState
+from sim.memory.block_runs import DeadRuns
+from sim.memory.block_state import BlockKey
 
 if TYPE_CHECKING:
     from sim.core.request import Request
 
 
-class BatchedBlocks(BlockState):
+class BatchedBlocks(DeadRuns):
     """Batched paths of BlockManager (a mix-in: it uses the manager's tables and cache maps)."""
 
     # register the private keys of a request never preempted when it releases its blocks
@@ -64,11 +65,12 @@ class BatchedBlocks(BlockState):
             i += more
 
     def _free_unshared(self, table: list[int], k: int,
-                       lazy: tuple[Sequence[BlockKey], int] | None) -> int:
+                       lazy: tuple[Sequence[BlockKey], int] | None, dead: bool = False) -> int:
         """Free a released table none of whose blocks another request holds, tail first, as
         the block-by-block loop of `free` does: blocks past the `k` looked at for keys to the
-        free list; of the rest, keyed ones (with the `lazy` ones, registered now) to the end
-        of the LRU, the others to the free list. Returns how many became free."""
+        free list; of the rest, keyed ones (with the `lazy` ones, registered now, or parked as
+        one dead run when the request is `dead`: finished) to the end of the LRU, the others
+        to the free list. Returns how many became free."""
         ref, holders, key_of, lru = self._ref, self._holders, self._key_of, self._evictable
         for b in table:
             ref[b] = 0
@@ -86,9 +88,12 @@ class BatchedBlocks(BlockState):
             blocks, keys = table[lo:k], list(lazy[0][lo:k])  # type: ignore[index]
             blocks.reverse()
             keys.reverse()
-            self._cached.update(zip(keys, blocks))
-            key_of.update(zip(blocks, keys))
-            lru.update(zip(blocks, keys))
+            if dead:  # no one can look them up again: one LRU entry for the run
+                self._park_dead(blocks, keys)
+            else:
+                self._cached.update(zip(keys, blocks))
+                key_of.update(zip(blocks, keys))
+                lru.update(zip(blocks, keys))
         for b in keyed:
             del holders[b]
         lru.update([(b, key_of[b]) for b in keyed])
@@ -104,8 +109,10 @@ class BatchedBlocks(BlockState):
         self._holders.update([(b, {request_id}) for b in table[lo:end]])
 
     def register_lazy_keys(self) -> None:
-        """Register every held block keyed lazily now (for `check` and callers reading the
-        key maps): what a request's release would register, nothing else changes."""
+        """Register every held block keyed lazily now, and expand the LRU's dead runs (for
+        `check` and callers reading the key maps): what a request's release would register,
+        nothing else changes."""
+        self.expand_runs()
         for rid, lazy in list(self._lazy.items()):
             del self._lazy[rid]
             self._register_lazy(rid, self._tables[rid], lazy, self._num_keyed[rid])

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from sim.memory.block_state import BlockKey, BlockState
+from sim.memory.block_runs import DeadRuns
+from sim.memory.block_state import BlockKey
 
 
-class CachedBlocks(BlockState):
+class CachedBlocks(DeadRuns):
     """Prefix-cache paths of BlockManager (a mix-in: it uses the manager's tables and maps)."""
 
     _cache_blocks: Callable[..., int]  # BatchedBlocks' (no stub: it would come first)
@@ -24,8 +25,8 @@ class CachedBlocks(BlockState):
     @property
     def num_cached_blocks(self) -> int:
         """Blocks registered under a content key (in use or evictable)."""
-        return len(self._key_of) + sum([self._num_keyed[rid] - lo
-                                        for rid, (_, lo) in self._lazy.items()])
+        return len(self._key_of) + self.num_run_blocks + sum([self._num_keyed[rid] - lo
+                                                              for rid, (_, lo) in self._lazy.items()])
 
     # ---- lookups ----------------------------------------------------------------------------
     def find_cached_prefix(self, keys: Sequence[BlockKey]) -> list[int]:
@@ -76,6 +77,10 @@ class CachedBlocks(BlockState):
     def _take(self, n: int) -> list[int]:
         """`n` free blocks: never-keyed first, then the least recently freed cached blocks."""
         free, lru, cached, key_of = self._free, self._evictable, self._cached, self._key_of
+        if self._num_runs:  # dead runs in the LRU (sim/memory/block_runs.py)
+            out = [free.popleft() for _ in range(min(n, len(free)))] if free else []
+            self.num_evicted_blocks += n - len(out)
+            return out + self._evict(n - len(out)) if n > len(out) else out
         if n == 1 and not free:  # a decode crossing into a new block, evicting
             b, key = lru.popitem(last=False)
             del cached[key]

@@ -159,8 +159,9 @@ class CountingBlockManager(BlockPool):
         self.num_used_blocks += need
         return after
 
-    def free(self, request_id: int) -> int:
-        """Release a request's blocks (finished or preempted); returns how many became free."""
+    def free(self, request_id: int, finished: bool = False) -> int:
+        """Release a request's blocks (finished or preempted); returns how many became free
+        (`finished` as BlockManager's: nothing to do with counts)."""
         held = self._tokens.pop(request_id, 0)
         n = -(-held // self.block_size)
         self.num_used_blocks -= n

@@ -39,7 +39,7 @@ class BlockManager(CachedBlocks, BatchedBlocks):
     @property
     def num_free_blocks(self) -> int:
         """Blocks no request holds (evictable cached blocks included)."""
-        return len(self._free) + len(self._evictable)
+        return len(self._free) + len(self._evictable) + self._run_extra
 
     @property
     def num_used_blocks(self) -> int:
@@ -172,9 +172,10 @@ class BlockManager(CachedBlocks, BatchedBlocks):
         return after
 
     # ---- release ----------------------------------------------------------------------
-    def free(self, request_id: int) -> int:
+    def free(self, request_id: int, finished: bool = False) -> int:
         """Release a request's blocks (finished or preempted), tail first; returns how many
-        became free (cached ones stay cached, evictable)."""
+        became free (cached ones stay cached, evictable). `finished`: the request never comes
+        back, so its private keys are dead (sim/memory/block_runs.py)."""
         table = self._tables.pop(request_id, [])
         self._tokens.pop(request_id, None)
         keyed = self._num_keyed.pop(request_id, None)
@@ -189,7 +190,7 @@ class BlockManager(CachedBlocks, BatchedBlocks):
             return freed
         if self._multi.isdisjoint(table):  # no block shared: the loop below, pass by pass
             return self._free_unshared(table, len(table) if keyed is None
-                                       else min(keyed, len(table)), lazy)
+                                       else min(keyed, len(table)), lazy, finished)
         if lazy is not None:  # its leading blocks are shared: register the lazy ones first
             self._register_lazy(request_id, table, lazy, min(keyed or 0, len(table)))
         ref, holders, key_of, lru = self._ref, self._holders, self._key_of, self._evictable

@@ -33,6 +33,10 @@ class BlockState(BlockPool):
         # request id -> (its keys, first block keyed lazily): blocks [first, num_keyed) are
         # keyed under private keys, registered only when the request releases them
         self._lazy: dict[int, tuple[Sequence[BlockKey], int]] = {}
+        # dead runs in the LRU (sim/memory/block_runs.py): one entry each, under a negative id
+        self._num_runs = 0  # runs in the LRU
+        self._run_extra = 0  # blocks in runs beyond one per run (len(LRU) counts one a run)
+        self._num_runs_made = 0  # runs ever parked (their sentinels: -1, -2, ...)
         self.num_queried_blocks = 0  # keys looked up on allocation (blocks)
         self.num_hit_blocks = 0  # of those, found cached and shared (blocks)
         self.num_evicted_blocks = 0  # cached blocks whose key was dropped to reuse them
