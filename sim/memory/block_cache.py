@@ -78,6 +78,9 @@ class CachedBlocks(DeadRuns):
         """`n` free blocks: never-keyed first, then the least recently freed cached blocks."""
         free, lru, cached, key_of = self._free, self._evictable, self._cached, self._key_of
         if self._num_runs:  # dead runs in the LRU (sim/memory/block_runs.py)
+            if n == 1 and not free:
+                self.num_evicted_blocks += 1
+                return [self._evict_one()]
             out = [free.popleft() for _ in range(min(n, len(free)))] if free else []
             self.num_evicted_blocks += n - len(out)
             return out + self._evict(n - len(out)) if n > len(out) else out

@@ -131,9 +131,24 @@ class BlockManager(CachedBlocks, BatchedBlocks):
 
     def append_all(self, request_ids: Sequence[int], num_new_tokens: int) -> None:
         """`append(r, num_new_tokens)` for every id in `request_ids`, in order, all or none:
-        OutOfBlocks, with nothing changed, when the free blocks do not cover them all."""
-        self.grow_to_held(request_ids, [self._tokens[rid] + num_new_tokens
-                                        for rid in request_ids], strict=True)
+        OutOfBlocks, with nothing changed, when the free blocks do not cover them all
+        (`grow_to_held(..., strict=True)` to each one's tokens + `num_new_tokens`, in one pass)."""
+        tokens, tables, bs = self._tokens, self._tables, self.block_size
+        need = 0
+        grown = []  # (table, blocks it takes) in request order
+        for rid in request_ids:
+            table = tables[rid]
+            more = -(-(tokens[rid] + num_new_tokens) // bs) - len(table)
+            if more > 0:
+                need += more
+                grown.append((table, more))
+        if need:
+            if need > self.num_free_blocks:
+                raise OutOfBlocks(f"{len(request_ids)} requests need {need} blocks, "
+                                  f"{self.num_free_blocks} free")
+            self._hand_out(grown, need)
+        for rid in request_ids:
+            tokens[rid] += num_new_tokens
 
     def grow_to(self, request_ids: Sequence[int], num_tokens: Sequence[int]) -> bool:
         """Grow each held request to at least `num_tokens[i]` tokens, in order, all or none:

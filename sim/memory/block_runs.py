@@ -48,27 +48,45 @@ class DeadRuns(BlockState):
         lru, cached, key_of = self._evictable, self._cached, self._key_of
         out: list[int] = []
         while n:
-            b, value = lru.popitem(last=False)
+            b = next(iter(lru))  # the head, left in place while a run has blocks to give
             if b >= 0:
-                del cached[value]
+                del cached[lru.pop(b)]
                 del key_of[b]
                 out.append(b)
                 n -= 1
                 continue
-            run: DeadRun = value  # type: ignore[assignment]
-            left = len(run.blocks) - run.start
-            m = min(n, left)
-            out += run.blocks[run.start:run.start + m]
-            n -= m
-            if m < left:  # the rest keeps its place at the head
-                run.start += m
-                lru[b] = run  # type: ignore[assignment]
-                lru.move_to_end(b, last=False)
-                self._run_extra -= m
-            else:
-                self._num_runs -= 1
-                self._run_extra -= m - 1
+            run: DeadRun = lru[b]  # type: ignore[assignment]
+            start = run.start
+            left = len(run.blocks) - start
+            if n < left:  # the rest keeps its place at the head
+                out += run.blocks[start:start + n]
+                run.start = start + n
+                self._run_extra -= n
+                return out
+            out += run.blocks[start:]
+            n -= left
+            del lru[b]
+            self._num_runs -= 1
+            self._run_extra -= left - 1
         return out
+
+    def _evict_one(self) -> int:
+        """`_evict(1)[0]`, for a decode crossing into a new block."""
+        lru = self._evictable
+        b = next(iter(lru))
+        if b >= 0:
+            del self._cached[lru.pop(b)]
+            del self._key_of[b]
+            return b
+        run: DeadRun = lru[b]  # type: ignore[assignment]
+        block = run.blocks[run.start]
+        run.start += 1
+        if run.start < len(run.blocks):
+            self._run_extra -= 1
+        else:
+            del lru[b]
+            self._num_runs -= 1
+        return block
 
     @property
     def num_run_blocks(self) -> int:
