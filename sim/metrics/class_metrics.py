@@ -25,6 +25,8 @@ NO_CLASS = "default"  # the class of a request whose class cell is empty
 PREFIX = "class."  # summary keys: class.<name>.<metric>
 LATENCIES = ("ttft", "tpot", "e2e", "queueing")  # seconds: described per class
 COUNTS = ("rejected", "failed", "cancelled")  # statuses counted per class
+CLASS_RECORD_COLUMNS = ("class", "priority", "status", "normalized_latency_s",
+                        *(f"{name}_s" for name in LATENCIES))  # the record columns read
 
 
 def class_labels(records: pd.DataFrame) -> pd.Series | None:
