@@ -75,25 +75,32 @@ class RunResult:
         records frame itself, or only those columns read from the records file."""
         return record_frame(self._records, names)
 
-    @property
-    def num_records(self) -> int:
-        """Rows of `records`."""
-        return len(RecordColumns(self._records))
+    def record_columns(self) -> RecordColumns:
+        """The records by column, read one at a time from the records file when streamed."""
+        return RecordColumns(self._records)
+
+    def num_rows(self, name: str) -> int:
+        """Rows of table `name` (records, steps, instances, events), a file left unread."""
+        if name == "steps":
+            return self.num_steps
+        table = getattr(self, f"_{name}", None)
+        return len(RecordColumns(table)) if table is not None else len(getattr(self, name))
 
     def table_path(self, name: str) -> Path | None:
         """The parquet file table `name` (records, steps, events) was streamed to, if it was."""
-        table = getattr(self, f"_{name}")
-        return None if isinstance(table, pd.DataFrame) else Path(table)
+        table = getattr(self, f"_{name}", None)
+        return None if table is None or isinstance(table, pd.DataFrame) else Path(table)
 
-    def write_table(self, name: str, path: Path | str) -> None:
+    def write_table(self, name: str, path: Path | str, lands_at: Path | str | None = None) -> None:
         """`<name>.to_parquet(path, index=False)` for records or events; a streamed file is
-        moved there as it is."""
+        moved there as it is, and read from `lands_at` after (default `path`: the caller
+        renames it there)."""
         table = getattr(self, f"_{name}")
         if isinstance(table, pd.DataFrame):
             table.to_parquet(path, index=False)
         else:
             shutil.move(table, path)
-            setattr(self, f"_{name}", Path(path))
+            setattr(self, f"_{name}", Path(path if lands_at is None else lands_at))
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -182,9 +189,9 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
     if records_path is None:
         records = add_frontend(records_frame(recorder.records.columns()), frontend_s)
     else:  # one row group at a time; the frame is never built
-        recorder.records.write_parquet(
+        kept = recorder.records.write_parquet(
             records_path, lambda base: add_frontend(records_frame(base), frontend_s))
-        records = Path(records_path)
+        records = Path(records_path) if kept is None else kept  # kept: a failed write
     summary = summarize(records, recorder, stats)
     summary.update(class_summary(record_frame(records, CLASS_RECORD_COLUMNS),
                                  summary["duration_s"]))
@@ -195,6 +202,7 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
     events: pd.DataFrame | Path = recorder.events_frame() if events_path is None else \
         Path(events_path)
     if events_path is not None:
-        recorder.write_events(events_path)
+        kept_events = recorder.write_events(events_path)
+        events = events if kept_events is None else kept_events  # kept: a failed write
     return RunResult(records, steps, instance_frame(stats, summary["duration_s"], settings),
                      events, summary, host_summary(stats))

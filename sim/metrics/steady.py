@@ -94,6 +94,9 @@ def measured_mask(arrivals: np.ndarray, rule: SteadyRule) -> np.ndarray:
     return (arrivals >= start) & (arrivals < end)
 
 
+STEADY_COLUMNS = ("arrival_s", "finish_s", "status", "reason")  # the record columns read
+
+
 def departures(records: pd.DataFrame) -> np.ndarray:
     """When each request left the system: its finish (rejected ones at arrival); inf if never."""
     left = records["finish_s"].to_numpy(dtype=np.float64).copy()

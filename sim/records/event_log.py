@@ -38,12 +38,20 @@ def spool_events(spool: ColumnSpool | None, events: list[tuple]) -> ColumnSpool:
     return spool
 
 
-def write_events(path: Path | str, events: list[tuple], spool: ColumnSpool | None) -> None:
+def write_events(path: Path | str, events: list[tuple],
+                 spool: ColumnSpool | None) -> pd.DataFrame | None:
     """Write every event (the spooled ones, then `events`) to `path` as
-    `events_frame(all events).to_parquet(path, index=False)` does."""
+    `events_frame(all events).to_parquet(path, index=False)` does. None when written; the
+    frame when none were spooled and the write failed (OSError: the file is removed, and the
+    caller's own write of the frame names the error)."""
     if spool is None:
-        events_frame(events).to_parquet(path, index=False)
-        return
+        frame = events_frame(events)
+        try:
+            frame.to_parquet(path, index=False)
+        except OSError:
+            Path(path).unlink(missing_ok=True)
+            return frame
+        return None
     spool = spool_events(spool, events)
     dtypes = spool.dtypes()
     rows = step_store.ROW_GROUP
@@ -53,3 +61,4 @@ def write_events(path: Path | str, events: list[tuple], spool: ColumnSpool | Non
         step_store.write_frames(path, frames, spool.sample())
     finally:
         spool.close()
+    return None

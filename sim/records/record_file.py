@@ -63,7 +63,8 @@ class RecordColumns:
         just those columns read from the file."""
         if isinstance(self.source, pd.DataFrame):
             return self.source
-        return pd.read_parquet(self.source, columns=[n for n in names if n in self.names])
+        return pd.read_parquet(self.source,
+                               columns=[n for n in dict.fromkeys(names) if n in self.names])
 
 
 def record_frame(source: Source | RecordColumns, names: Iterable[str]) -> pd.DataFrame:

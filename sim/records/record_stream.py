@@ -32,9 +32,10 @@ Derive = Callable[[pd.DataFrame], pd.DataFrame]  # base record columns -> the re
 class RecordStream(RecordLog):
     """A RecordLog whose chunks are in request-id order and spooled past `spill_after`."""
 
-    def __init__(self, extra: tuple[str, ...] = (), spill_after: int = RECORD_SPILL) -> None:
+    def __init__(self, extra: tuple[str, ...] = (), spill_after: int | None = None) -> None:
         super().__init__(extra)
-        self.spill_after = spill_after  # folded records held in memory before spooling
+        self.spill_after = RECORD_SPILL if spill_after is None else spill_after  # folded
+        # records held in memory before spooling
         self.spool: ColumnSpool | None = None  # the spooled chunks, once there are that many
         self._heap: list[tuple[int, int, Request]] = []  # (id, arrival order, request)
         self._seq = 0  # final requests taken so far
@@ -88,15 +89,22 @@ class RecordStream(RecordLog):
             raise RuntimeError("the records were spooled: read them with write_parquet")
         return super().columns()
 
-    def write_parquet(self, path: Path | str, derive: Derive) -> None:
+    def write_parquet(self, path: Path | str, derive: Derive) -> pd.DataFrame | None:
         """Write `derive(records frame)` to `path` as DataFrame.to_parquet(index=False) does,
-        one row group at a time when the records were spooled; then drop them."""
+        one row group at a time when the records were spooled; then drop them. None when
+        written; the frame when they were in memory and the write failed (OSError: a full
+        disk; the file is removed, and the caller's own write of the frame names the error)."""
         self._release_all()
         self._fold()
         spool = self.spool
         if spool is None:
-            derive(pd.DataFrame(super().columns())).to_parquet(path, index=False)
-            return
+            frame = derive(pd.DataFrame(super().columns()))
+            try:
+                frame.to_parquet(path, index=False)
+            except OSError:
+                Path(path).unlink(missing_ok=True)
+                return frame
+            return None
         dtypes = spool.dtypes()
         rows = step_store.ROW_GROUP
         frames = (derive(spool.frame(start, start + rows, dtypes))
@@ -106,3 +114,4 @@ class RecordStream(RecordLog):
         finally:
             spool.close()
             self.spool = None
+        return None

@@ -275,8 +275,10 @@ class Recorder:
             raise RuntimeError("the events were spooled: write them with write_events")
         return events_frame(self.events)
 
-    def write_events(self, path: Path | str) -> None:
+    def write_events(self, path: Path | str) -> pd.DataFrame | None:
         """`events_frame().to_parquet(path, index=False)`, byte for byte, holding one row
-        group at a time when the events were spooled; the events are dropped after."""
-        write_events(path, self.events, self.event_spool)
+        group at a time when the events were spooled; the events are dropped after. None when
+        written, else the frame (event_log.write_events)."""
+        kept = write_events(path, self.events, self.event_spool)
         self.events, self.event_spool = [], None
+        return kept
