@@ -119,8 +119,10 @@ class ColumnSpool:
             if lo < hi:
                 for name in self.names:
                     parts[name].append(self._part(name, i, lo - first, hi - first))
-        return pd.DataFrame({name: _column(parts[name], dtypes[name]) for name in self.names},
-                            columns=list(self.names))
+        columns = {}
+        for name in self.names:  # each column's parts freed once it is joined
+            columns[name] = _column(parts.pop(name), dtypes[name])
+        return pd.DataFrame(columns, columns=list(self.names), copy=False)
 
     def close(self) -> None:
         """Remove the file."""
