@@ -186,7 +186,8 @@ def _rate(value: Any) -> float | str:
 
 def bench_result(records: pd.DataFrame | RecordColumns, summary: Mapping[str, Any],
                  run: Mapping[str, Any], options: BenchOptions,
-                 workload: Mapping[str, Any] | None = None, date: datetime | None = None) -> dict[str, Any]:
+                 workload: Mapping[str, Any] | None = None,
+                 date: datetime | None = None) -> dict[str, Any]:
     """bench.json's content for one run: `run` is config.json's run section (label, rate,
     num_requests, cluster), `workload` the experiment's workload section."""
     col = RecordColumns(records)

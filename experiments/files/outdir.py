@@ -190,7 +190,8 @@ def runs_dir(out_dir: Path) -> Path:
 def remove_stale(out_dir: Path) -> None:
     """Delete what an interrupted sweep left: temporary files of the sweep's files in OUT (not
     those of a capacity search writing there) and in each run directory, temporary run
-    directories and streamed step, record and event files in OUT/runs. A link is removed itself, never followed.
+    directories and streamed step, record and event files in OUT/runs. A link is removed
+    itself, never followed.
     Call only while holding the folder's lock."""
     runs = runs_dir(out_dir)
     for name in SWEEP_FILES:

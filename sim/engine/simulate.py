@@ -185,13 +185,7 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
         except OSError:  # a full disk: keep the frame; the caller's own write names the error
             Path(steps_path).unlink(missing_ok=True)
             steps_path = None
-    records: pd.DataFrame | Path
-    if records_path is None:
-        records = add_frontend(records_frame(recorder.records.columns()), frontend_s)
-    else:  # one row group at a time; the frame is never built
-        kept = recorder.records.write_parquet(
-            records_path, lambda base: add_frontend(records_frame(base), frontend_s))
-        records = Path(records_path) if kept is None else kept  # kept: a failed write
+    records = _final_records(recorder, records_path, frontend_s)
     summary = summarize(records, recorder, stats)
     summary.update(class_summary(record_frame(records, CLASS_RECORD_COLUMNS),
                                  summary["duration_s"]))
@@ -199,10 +193,25 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
         steps = recorder.steps_frame()
     recorder.step_log.close()  # its folded columns are in `steps` now: free them
     settings = [policy.instance_settings(s.instance_id) for s in stats]
-    events: pd.DataFrame | Path = recorder.events_frame() if events_path is None else \
-        Path(events_path)
-    if events_path is not None:
-        kept_events = recorder.write_events(events_path)
-        events = events if kept_events is None else kept_events  # kept: a failed write
     return RunResult(records, steps, instance_frame(stats, summary["duration_s"], settings),
-                     events, summary, host_summary(stats))
+                     _final_events(recorder, events_path), summary, host_summary(stats))
+
+
+def _final_records(recorder: Recorder, path: Path | str | None,
+                   frontend_s: float) -> pd.DataFrame | Path:
+    """The run's records frame, or `path` once they are written there (one row group at a
+    time, the frame never built); the frame when that write failed (a full disk)."""
+    if path is None:
+        return add_frontend(records_frame(recorder.records.columns()), frontend_s)
+    kept = recorder.records.write_parquet(
+        path, lambda base: add_frontend(records_frame(base), frontend_s))
+    return Path(path) if kept is None else kept
+
+
+def _final_events(recorder: Recorder, path: Path | str | None) -> pd.DataFrame | Path:
+    """The run's events frame, or `path` once they are written there; the frame when that
+    write failed (a full disk)."""
+    if path is None:
+        return recorder.events_frame()
+    kept = recorder.write_events(path)
+    return Path(path) if kept is None else kept

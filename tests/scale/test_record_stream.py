@@ -104,7 +104,8 @@ def test_out_of_order_finishes_give_the_records_in_id_order(tmp_path: Path, monk
                      row_group_size=23 if spooled else None)
     assert streamed.write_parquet(tmp_path / "new.parquet", lambda frame: frame) is None
     assert _same_bytes(tmp_path / "new.parquet", tmp_path / "ref.parquet")
-    assert whole["scheduled_s"].isna().any() and (whole["request_id"].to_numpy() == np.arange(300)).all()
+    assert whole["scheduled_s"].isna().any()
+    assert (whole["request_id"].to_numpy() == np.arange(300)).all()
 
 
 def test_int_in_one_chunk_nan_in_another_is_float(tmp_path: Path, monkeypatch) -> None:
