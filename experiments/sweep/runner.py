@@ -38,7 +38,8 @@ from experiments.sweep.pool import completed
 from experiments.sweep.workload import WORKLOAD_NOTE, build_workload, load_base_trace, trace_path
 from sim.engine.simulate import RunResult
 from sim.cluster.run_cost import COST_COLUMNS
-from sim.metrics.class_metrics import CLASS_RECORD_COLUMNS, class_labels, class_slo_summary
+from sim.metrics.class_metrics import (CLASS_RECORD_COLUMNS, class_labels, class_slo_summary,
+                                       has_classes)
 from sim.metrics.slo import SLO_COLUMNS
 from sim.metrics.steady import STEADY_COLUMNS
 from sim.metrics.summary import instance_settings
@@ -221,6 +222,8 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
 def per_class(cfg: ExperimentConfig, entry: PolicyEntry, result: RunResult) -> None:
     """Each class's SLO attainment and goodput in the summary (docs/classes.md), when the
     workload has classes and the experiment or the class has an SLO."""
+    if not has_classes(result.record_columns().source):
+        return
     records = result.record_frame(CLASS_RECORD_COLUMNS + SLO_COLUMNS)
     labels = class_labels(records)
     if labels is None:

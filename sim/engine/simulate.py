@@ -22,7 +22,7 @@ from sim.engine.policy import PolicyFactory
 from sim.engine.request_source import TraceRequests
 from sim.engine.simulation import Simulation
 from sim.engine.verdict import SloWatch
-from sim.metrics.class_metrics import CLASS_RECORD_COLUMNS, class_summary
+from sim.metrics.class_metrics import CLASS_RECORD_COLUMNS, class_summary, has_classes
 from sim.metrics.host_timing import host_summary
 from sim.metrics.summary import instance_frame, records_frame, summarize
 from sim.records.event_log import EVENT_SPILL
@@ -187,8 +187,9 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
             steps_path = None
     records = _final_records(recorder, records_path, frontend_s)
     summary = summarize(records, recorder, stats)
-    summary.update(class_summary(record_frame(records, CLASS_RECORD_COLUMNS),
-                                 summary["duration_s"]))
+    if has_classes(records):  # else no class keys: nothing read
+        summary.update(class_summary(record_frame(records, CLASS_RECORD_COLUMNS),
+                                     summary["duration_s"]))
     if steps_path is None:
         steps = recorder.steps_frame()
     recorder.step_log.close()  # its folded columns are in `steps` now: free them

@@ -56,15 +56,21 @@ class RecordColumns:
         """One column (the frame's own Series, or read from the file)."""
         if isinstance(self.source, pd.DataFrame):
             return self.source[name]
-        return pd.read_parquet(self.source, columns=[name])[name]
+        return _read(self.source, [name])[name]
 
     def frame(self, names: Iterable[str]) -> pd.DataFrame:
         """A frame holding at least those of `names` the records have: the frame itself, or
         just those columns read from the file."""
         if isinstance(self.source, pd.DataFrame):
             return self.source
-        return pd.read_parquet(self.source,
-                               columns=[n for n in dict.fromkeys(names) if n in self.names])
+        return _read(self.source, [n for n in dict.fromkeys(names) if n in self.names])
+
+
+def _read(path: Path, names: list[str]) -> pd.DataFrame:
+    """Columns `names` of the parquet file, as `pd.read_parquet` gives them, each arrow
+    column freed as it is converted (no second copy of the columns read)."""
+    return pd.read_parquet(path, columns=names,
+                           to_pandas_kwargs={"self_destruct": True, "split_blocks": True})
 
 
 def record_frame(source: Source | RecordColumns, names: Iterable[str]) -> pd.DataFrame:
