@@ -228,8 +228,10 @@ def bench_result(records: pd.DataFrame | RecordColumns, summary: Mapping[str, An
 
 
 def done_frame(col: RecordColumns, finished: pd.Series, names: Sequence[str]) -> pd.DataFrame:
-    """The finished requests' columns `names` (read one at a time), as a frame."""
-    return pd.DataFrame({name: col[name][finished] for name in dict.fromkeys(names)})
+    """The finished requests' columns `names` (those the records have, read one at a time),
+    as a frame."""
+    return pd.DataFrame({name: col[name][finished] for name in dict.fromkeys(names)
+                         if name in col})
 
 
 def write_bench(run_dir: Path, options: BenchOptions,
