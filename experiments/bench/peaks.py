@@ -43,12 +43,12 @@ def peak_buckets(done: pd.DataFrame, window: int = WINDOW_BUCKETS,
     start = float(arrival.min())
     last = int(np.ceil(float(finish.max()) - start))
     outs = done["output_tokens"].to_numpy(dtype=np.int64)
+    # the bucket arrays are temporaries, freed before the token sweep (peak memory)
+    active = _peak_active((arrival - start).astype(np.int64), (finish - start).astype(np.int64))
     gap = (finish - first) / np.maximum(outs - 1, 1)
-    lo = (arrival - start).astype(np.int64)
-    hi = (finish - start).astype(np.int64)
     keep = outs > 0
     tokens = _peak_tokens(first[keep], gap[keep], outs[keep], (start, last), window, chunk)
-    return float(tokens), _peak_active(lo, hi)
+    return float(tokens), active
 
 
 def _times(done: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

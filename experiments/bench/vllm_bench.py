@@ -50,10 +50,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from experiments.bench.peaks import COLUMNS as PEAK_TIMES
 from experiments.bench.peaks import peak_buckets
 from experiments.files.outdir import run_dir as run_path
 from experiments.report.results import write_json
 from sim.metrics.summary import ITL_PERCENTILES
+from sim.records.record_file import RecordColumns
 from sim.util.errors import ConfigError
 
 VLLM_REFERENCE = "vllm-project/vllm vllm/benchmarks/serve.py @ def9ce85ba10"
@@ -65,6 +67,7 @@ SETUP_KEYS = ("date", "endpoint_type", "backend", "label", "model_id", "tokenize
 RESULT_KEYS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
                "request_throughput", "request_goodput", "output_throughput",
                "total_token_throughput", "max_output_tokens_per_s", "max_concurrent_requests")
+PEAK_COLUMNS = (*PEAK_TIMES, "output_tokens", "request_id")  # what peak_buckets reads
 RECORD_LATENCY = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2e_s"}  # vLLM name -> records
 
 
@@ -181,32 +184,37 @@ def _rate(value: Any) -> float | str:
     return "inf" if value is None or math.isinf(float(value)) else float(value)
 
 
-def bench_result(records: pd.DataFrame, summary: Mapping[str, Any], run: Mapping[str, Any],
-                 options: BenchOptions, workload: Mapping[str, Any] | None = None,
+def bench_result(records: pd.DataFrame | RecordColumns, summary: Mapping[str, Any],
+                 run: Mapping[str, Any], options: BenchOptions,
+                 workload: Mapping[str, Any] | None = None,
                  date: datetime | None = None) -> dict[str, Any]:
     """bench.json's content for one run: `run` is config.json's run section (label, rate,
     num_requests, cluster), `workload` the experiment's workload section."""
-    done = records[records["status"] == "finished"]
+    col = RecordColumns(records)
+    finished = col["status"] == "finished"
+    num_done = int(finished.sum())
     duration = float(summary.get("duration_s") or 0.0)
     cluster, workload = run.get("cluster") or {}, workload or {}
-    prompt, output = int(done["prompt_tokens"].sum()), int(done["output_tokens"].sum())
+    prompt = int(col["prompt_tokens"][finished].sum())
+    output = int(col["output_tokens"][finished].sum())
     per_s = (lambda x: x / duration) if duration > 0 else (lambda x: None)
-    peak_tokens, peak_requests = peak_buckets(done)
+    peak_tokens, peak_requests = peak_buckets(done_frame(col, finished, PEAK_COLUMNS))
     backend = f"servesim-{cluster.get('backend', 'sim')}"
     out: dict[str, Any] = {
         "date": (date or BENCH_DATE).strftime("%Y%m%d-%H%M%S"),
         "endpoint_type": backend, "backend": backend, "label": run.get("label"),
         "model_id": cluster.get("model"), "tokenizer_id": cluster.get("model"),
-        "num_prompts": run.get("num_requests", len(records)),
+        "num_prompts": run.get("num_requests", len(col)),
         "request_rate": _rate(run.get("rate")),
         "burstiness": workload.get("burstiness", 1.0),
         "max_concurrency": workload.get("max_concurrency"),
-        "duration": duration, "completed": len(done),
-        "failed": int(records["status"].isin(("rejected", "failed", "cancelled")).sum()),
+        "duration": duration, "completed": num_done,
+        "failed": int(col["status"].isin(("rejected", "failed", "cancelled")).sum()),
         "total_input_tokens": prompt, "total_output_tokens": output,
-        "request_throughput": per_s(len(done)),
-        "request_goodput": per_s(good_requests(done, options.goodput)) if options.goodput
-        else None,
+        "request_throughput": per_s(num_done),
+        "request_goodput": per_s(good_requests(
+            done_frame(col, finished, [RECORD_LATENCY[n] for n, _ in options.goodput]),
+            options.goodput)) if options.goodput else None,
         "output_throughput": per_s(output), "total_token_throughput": per_s(prompt + output),
         "max_output_tokens_per_s": peak_tokens, "max_concurrent_requests": peak_requests,
     }
@@ -214,19 +222,26 @@ def bench_result(records: pd.DataFrame, summary: Mapping[str, Any], run: Mapping
         if m == "itl":
             out.update(itl_stats(summary, options.metric_percentiles))
         else:
-            values = done[RECORD_LATENCY[m]].dropna().to_numpy(dtype=np.float64)
+            values = col[RECORD_LATENCY[m]][finished].dropna().to_numpy(dtype=np.float64)
             out.update(latency_stats(m, values, options.metric_percentiles))
     return out
 
 
+def done_frame(col: RecordColumns, finished: pd.Series, names: Sequence[str]) -> pd.DataFrame:
+    """The finished requests' columns `names` (those the records have, read one at a time),
+    as a frame."""
+    return pd.DataFrame({name: col[name][finished] for name in dict.fromkeys(names)
+                         if name in col})
+
+
 def write_bench(run_dir: Path, options: BenchOptions,
-                records: pd.DataFrame | None = None) -> dict[str, Any]:
+                records: pd.DataFrame | RecordColumns | None = None) -> dict[str, Any]:
     """(Re)write RUN_DIR/bench.json from the run's files (records given: used instead of
-    records.parquet); returns its content."""
+    records.parquet, which is otherwise read a few columns at a time); returns its content."""
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     if records is None:
-        records = pd.read_parquet(run_dir / "records.parquet")
+        records = RecordColumns(run_dir / "records.parquet")
     result = bench_result(records, summary, config.get("run") or {}, options,
                           (config.get("experiment") or {}).get("workload"))
     write_json(run_dir / "bench.json", result)

@@ -190,15 +190,16 @@ def runs_dir(out_dir: Path) -> Path:
 def remove_stale(out_dir: Path) -> None:
     """Delete what an interrupted sweep left: temporary files of the sweep's files in OUT (not
     those of a capacity search writing there) and in each run directory, temporary run
-    directories and streamed step files in OUT/runs. A link is removed itself, never followed.
+    directories and streamed step, record and event files in OUT/runs. A link is removed
+    itself, never followed.
     Call only while holding the folder's lock."""
     runs = runs_dir(out_dir)
     for name in SWEEP_FILES:
         _remove_matching(out_dir, TEMP_FILE.format(name, "*"))
     for entry in runs.iterdir():
         if entry.name.startswith("."):
-            if ".tmp-" in entry.name or (".steps-" in entry.name
-                                         and entry.name.endswith(".parquet")):
+            streamed = any(f".{table}-" in entry.name for table in ("steps", "records", "events"))
+            if ".tmp-" in entry.name or (streamed and entry.name.endswith(".parquet")):
                 _remove_entry(entry)
         elif entry.is_dir() and not entry.is_symlink():
             _remove_matching(entry, ".*.tmp")

@@ -88,8 +88,7 @@ def write_csv(path: Path, frame: pd.DataFrame) -> None:
 
 def table_rows(result: RunResult) -> dict[str, int]:
     """{'records.parquet': rows, ...}: what write_run writes, for checking it on resume."""
-    return {f"{name}.parquet": result.num_steps if name == "steps" else len(getattr(result, name))
-            for name in RUN_TABLES}
+    return {f"{name}.parquet": result.num_rows(name) for name in RUN_TABLES}
 
 
 def write_run(run_dir: Path, result: RunResult, config: Mapping[str, Any],
@@ -106,8 +105,12 @@ def write_run(run_dir: Path, result: RunResult, config: Mapping[str, Any],
         if name == "steps":
             write_step_tables(run_dir, result)  # and host_timing.parquet
             continue
-        with atomic_write(run_dir / f"{name}.parquet") as handle:
-            getattr(result, name).to_parquet(handle, index=False)
+        target = run_dir / f"{name}.parquet"
+        with atomic_write(target) as handle:
+            if result.table_path(name) is not None:  # streamed: the file moved in, unread
+                result.write_table(name, handle.name, lands_at=target)
+            else:
+                getattr(result, name).to_parquet(handle, index=False)
     write_json(run_dir / "host_timing.json", host_timing_record(result, measured))
     write_json(run_dir / "summary.json", result.summary)
     written = [f"{name}.parquet" for name in RUN_TABLES] + ["summary.json"]

@@ -37,11 +37,16 @@ from experiments.report.steady import steady_metrics
 from experiments.sweep.pool import completed
 from experiments.sweep.workload import WORKLOAD_NOTE, build_workload, load_base_trace, trace_path
 from sim.engine.simulate import RunResult
-from sim.metrics.class_metrics import class_labels, class_slo_summary
+from sim.cluster.run_cost import COST_COLUMNS
+from sim.metrics.class_metrics import (CLASS_RECORD_COLUMNS, class_labels, class_slo_summary,
+                                       has_classes)
+from sim.metrics.slo import SLO_COLUMNS
+from sim.metrics.steady import STEADY_COLUMNS
 from sim.metrics.summary import instance_settings
 from sim.util.errors import ConfigError, TraceError
 
 STEPS_FILE = ".{}.steps-{}.parquet"  # <run>, <pid>: streamed steps, in the sweep's steps dir
+STREAMED = ("steps", "records", "events")  # tables an inline run streams to files there
 
 
 @dataclass(frozen=True)
@@ -146,13 +151,14 @@ def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
                  on_done: Callable[[int], None] | None = None,
                  steps_dir: Path | None = None) -> RunOutput:
     """Build the run's workload and simulate it; errors come back as data, never raised.
-    With `steps_dir` (a directory the driver reads too) the run streams its steps to a hidden
-    parquet file there, which `persist` moves into the run's directory."""
+    With `steps_dir` (a directory the driver reads too) the run streams its steps, records and
+    events to hidden parquet files there, which `persist` moves into the run's directory."""
     start = time.perf_counter()
     num_requests = 0
     digest = None
-    steps_path = None if steps_dir is None else steps_dir / STEPS_FILE.format(spec.name,
-                                                                              os.getpid())
+    paths = {} if steps_dir is None else {
+        f"{table}_path": steps_dir / STEPS_FILE.format(spec.name, os.getpid()).replace(
+            ".steps-", f".{table}-") for table in STREAMED}
     try:
         key = id(cfg)
         if key not in _BASE_TRACES:
@@ -164,20 +170,21 @@ def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
         if num_requests == 0:
             raise TraceError(spec.name, "the workload has no requests (check duration_s / "
                                         "max_requests)")
-        result = _simulate(cfg, spec, trace, on_done, steps_path)
+        result = _simulate(cfg, spec, trace, on_done, paths)
         if WORKLOAD_NOTE in trace.attrs:  # a cap that bound while generating the workload
             result.summary[WORKLOAD_NOTE] = trace.attrs[WORKLOAD_NOTE]
         return RunOutput(spec, result, num_requests, time.perf_counter() - start,
                          trace_digest=digest)
     except Exception as exc:  # noqa: BLE001 - a failed run is recorded, the sweep goes on
-        if steps_path is not None:
-            steps_path.unlink(missing_ok=True)
+        for path in paths.values():
+            path.unlink(missing_ok=True)
         return RunOutput(spec, None, num_requests, time.perf_counter() - start,
                          f"{type(exc).__name__}: {exc}", traceback.format_exc(), digest)
 
 
 def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
-              on_done: Callable[[int], None] | None, steps_path: Path | None = None) -> RunResult:
+              on_done: Callable[[int], None] | None,
+              paths: dict[str, Path] | None = None) -> RunResult:
     from experiments.config.backend import build_executors
     from policies.simulate import simulate
     from sim.cluster.frontend_run import frontend_kwargs
@@ -191,33 +198,39 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
         from real.replay import replay
     closed = cfg.workload.max_concurrency  # passed only when set (open loop otherwise)
     loop = {} if closed is None else {"max_concurrency": closed}
-    if steps_path is not None and cluster.backend != "real":
-        loop["steps_path"] = steps_path
+    if paths and cluster.backend != "real":  # steps_path, records_path, events_path
+        loop.update(paths)
     admission = cfg.admission_for(spec.entry)
     if admission is not None:  # passed only when set (checked: backend sim)
         loop["admission"] = admission
     result = replay(trace, spec.entry.name, spec.entry.params, build_executors(cluster),
                     seed=spec.seed, on_done=on_done, max_model_len=cluster.max_model_len,
                     **overhead_kwargs(cluster), **frontend_kwargs(cluster), **loop)
-    result.summary.update(run_cost_summary(cluster, result.records, result.instances,
+    result.summary.update(run_cost_summary(cluster, result.record_frame(COST_COLUMNS),
+                                           result.instances,
                                            result.summary["duration_s"]))  # $ and joules
     if cfg.slo is not None:
-        result.summary.update(slo_summary(result.records, result.summary, cfg.slo))
+        result.summary.update(slo_summary(result.record_frame(SLO_COLUMNS), result.summary,
+                                          cfg.slo))
     per_class(cfg, spec.entry, result)
-    result.summary.update(steady_metrics(result.records, result.summary, cfg.slo))
+    result.summary.update(steady_metrics(
+        result.record_frame(STEADY_COLUMNS + (SLO_COLUMNS if cfg.slo is not None else ())),
+        result.summary, cfg.slo))
     return result
 
 
 def per_class(cfg: ExperimentConfig, entry: PolicyEntry, result: RunResult) -> None:
     """Each class's SLO attainment and goodput in the summary (docs/classes.md), when the
     workload has classes and the experiment or the class has an SLO."""
-    labels = class_labels(result.records)
+    if not has_classes(result.record_columns().source):
+        return
+    records = result.record_frame(CLASS_RECORD_COLUMNS + SLO_COLUMNS)
+    labels = class_labels(records)
     if labels is None:
         return
     slos = class_slos(cfg.classes_for(entry), cfg.slo, set(labels))
     if slos:
-        result.summary.update(class_slo_summary(result.records, result.summary["duration_s"],
-                                                slos))
+        result.summary.update(class_slo_summary(records, result.summary["duration_s"], slos))
 
 
 # ---- the driver side ------------------------------------------------------------------------
@@ -243,7 +256,7 @@ def persist(out_dir: Path, cfg: ExperimentConfig, out: RunOutput,
                     "seed": spec.seed, "num_requests": out.num_requests,
                     "cluster": dataclasses.asdict(cfg.cluster_for(spec.entry))}},
                   {"wall_s": out.wall_s})  # measured: host_timing.json, not config.json
-        write_bench(tmp, BenchOptions(), out.result.records)  # vllm bench serve's JSON
+        write_bench(tmp, BenchOptions(), out.result.record_columns())  # vllm bench serve's JSON
         replace_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # left only when writing failed

@@ -95,6 +95,9 @@ def cost_summary(gpus: Sequence[tuple[str, int]], gpu_busy_s: Sequence[float],
     }
 
 
+COST_COLUMNS = ("status", "prompt_tokens", "output_tokens")  # the record columns read
+
+
 def run_cost_summary(cluster: Any, records: pd.DataFrame, instances: pd.DataFrame,
                      duration_s: float) -> dict[str, float]:
     """COST_KEYS of a run of `cluster` (a sim.cluster.spec.ClusterSpec) from its records and its

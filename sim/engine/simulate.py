@@ -22,11 +22,14 @@ from sim.engine.policy import PolicyFactory
 from sim.engine.request_source import TraceRequests
 from sim.engine.simulation import Simulation
 from sim.engine.verdict import SloWatch
-from sim.metrics.class_metrics import class_summary
+from sim.metrics.class_metrics import CLASS_RECORD_COLUMNS, class_summary, has_classes
 from sim.metrics.host_timing import host_summary
 from sim.metrics.summary import instance_frame, records_frame, summarize
+from sim.records.event_log import EVENT_SPILL
 from sim.records.instance_stats import InstanceStats
+from sim.records.record_file import RecordColumns, record_frame
 from sim.records.record_log import RecordLog
+from sim.records.record_stream import RecordStream
 from sim.records.recorder import Recorder
 
 
@@ -36,15 +39,68 @@ class RunResult:
 
     `steps` is a DataFrame, or the path of the run's steps parquet file when the run streamed
     its steps there (`run_simulation(steps_path=...)`): the attribute then reads the file back
-    on demand, and `write_steps` / `num_steps` use the file without reading it."""
+    on demand, and `write_steps` / `num_steps` use the file without reading it. `records` and
+    `events` likewise (`records_path`, `events_path`): `record_frame(names)` reads only the
+    columns a computation needs, `num_records` and `write_table` use the file unread."""
 
-    records: pd.DataFrame  # one row per request (sim.metrics.summary.RECORD_COLUMNS and latencies)
+    _records: pd.DataFrame | Path  # one row per request (sim.metrics.summary.RECORD_COLUMNS and
+    # latencies)
     _steps: pd.DataFrame | Path  # one row per executed Step (sim.records.recorder.STEP_COLUMNS)
     instances: pd.DataFrame  # one row per instance
-    events: pd.DataFrame  # scheduler events (OOM, preemption, retraining...)
+    _events: pd.DataFrame | Path  # scheduler events (OOM, preemption, retraining...)
     summary: dict[str, float]  # run-level metrics (simulated: the same on every run)
     host_timing: dict[str, Any] = field(default_factory=dict)  # measured host seconds
     # (sim.metrics.host_timing.host_summary): not a simulated result, it differs run to run
+
+    @property
+    def records(self) -> pd.DataFrame:
+        """One row per request (read back from its parquet file when streamed)."""
+        return _table(self._records)
+
+    @records.setter
+    def records(self, frame: pd.DataFrame) -> None:
+        self._records = frame
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """Scheduler events (read back from their parquet file when streamed)."""
+        return _table(self._events)
+
+    @events.setter
+    def events(self, frame: pd.DataFrame) -> None:
+        self._events = frame
+
+    def record_frame(self, names: Sequence[str]) -> pd.DataFrame:
+        """A frame with at least the record columns `names` (of those the records have): the
+        records frame itself, or only those columns read from the records file."""
+        return record_frame(self._records, names)
+
+    def record_columns(self) -> RecordColumns:
+        """The records by column, read one at a time from the records file when streamed."""
+        return RecordColumns(self._records)
+
+    def num_rows(self, name: str) -> int:
+        """Rows of table `name` (records, steps, instances, events), a file left unread."""
+        if name == "steps":
+            return self.num_steps
+        table = getattr(self, f"_{name}", None)
+        return len(RecordColumns(table)) if table is not None else len(getattr(self, name))
+
+    def table_path(self, name: str) -> Path | None:
+        """The parquet file table `name` (records, steps, events) was streamed to, if it was."""
+        table = getattr(self, f"_{name}", None)
+        return None if table is None or isinstance(table, pd.DataFrame) else Path(table)
+
+    def write_table(self, name: str, path: Path | str, lands_at: Path | str | None = None) -> None:
+        """`<name>.to_parquet(path, index=False)` for records or events; a streamed file is
+        moved there as it is, and read from `lands_at` after (default `path`: the caller
+        renames it there)."""
+        table = getattr(self, f"_{name}")
+        if isinstance(table, pd.DataFrame):
+            table.to_parquet(path, index=False)
+        else:
+            shutil.move(table, path)
+            setattr(self, f"_{name}", Path(path if lands_at is None else lands_at))
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -76,6 +132,11 @@ class RunResult:
             self._steps = Path(path)
 
 
+def _table(table: pd.DataFrame | Path) -> pd.DataFrame:
+    """A frame, or the parquet file's content."""
+    return table if isinstance(table, pd.DataFrame) else pd.read_parquet(table)
+
+
 def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
                    executors: Sequence[Executor], *,
                    on_done: Callable[[int], None] | None = None,
@@ -83,6 +144,8 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
                    max_model_len: int | None = None,
                    max_concurrency: int | None = None,
                    steps_path: Path | str | None = None,
+                   records_path: Path | str | None = None,
+                   events_path: Path | str | None = None,
                    admission: AdmissionConfig | None = None,
                    frontend_s: float = 0.0, watch: SloWatch | None = None) -> RunResult:
     """Replay `trace` through the policy `make_policy` builds, on one executor per instance,
@@ -91,7 +154,10 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
     outputs cut where prompt + output reach it (sim/engine/limits.py). With `max_concurrency` N at
     most N requests are in the system at once (closed loop, sim/engine/simulation.py). With `steps_path`
     the steps go to that parquet file as the run ends (written from the spilled step log one row
-    group at a time, never as one frame) and the result reads them back only when asked. With
+    group at a time, never as one frame) and the result reads them back only when asked;
+    `records_path` and `events_path` likewise for records and events, kept in request-id order
+    and spooled to disk as the run goes (sim/records/record_stream.py, event_log.py), and the
+    summary reads the records file a few columns at a time (sim/records/record_file.py). With
     `admission` arrivals over its limits are rejected (sim/engine/admission.py); a trace with request
     classes adds their columns to the records and per-class keys to the summary
     (docs/classes.md). `frontend_s` seconds of a serving frontend's latency are added to each
@@ -99,7 +165,9 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
     run with `VerdictReached` once its SLO verdict is certain."""
     limit = resolve_max_model_len(executors, max_model_len)
     requests = TraceRequests(trace)  # built as they arrive, dropped when final
-    recorder = Recorder(records=RecordLog(requests.columns["class_columns"]))
+    extra = requests.columns["class_columns"]
+    recorder = Recorder(records=RecordLog(extra) if records_path is None else RecordStream(extra),
+                        event_spill=None if events_path is None else EVENT_SPILL)
     infos = [info_of(ex, i) for i, ex in enumerate(executors)]
     policy = make_policy(infos, recorder)
     stats: list[InstanceStats] = Simulation(requests, policy, executors, recorder,
@@ -117,12 +185,34 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
         except OSError:  # a full disk: keep the frame; the caller's own write names the error
             Path(steps_path).unlink(missing_ok=True)
             steps_path = None
-    records = add_frontend(records_frame(recorder.records.columns()), frontend_s)
+    records = _final_records(recorder, records_path, frontend_s)
     summary = summarize(records, recorder, stats)
-    summary.update(class_summary(records, summary["duration_s"]))
+    if has_classes(records):  # else no class keys: nothing read
+        summary.update(class_summary(record_frame(records, CLASS_RECORD_COLUMNS),
+                                     summary["duration_s"]))
     if steps_path is None:
         steps = recorder.steps_frame()
     recorder.step_log.close()  # its folded columns are in `steps` now: free them
     settings = [policy.instance_settings(s.instance_id) for s in stats]
     return RunResult(records, steps, instance_frame(stats, summary["duration_s"], settings),
-                     recorder.events_frame(), summary, host_summary(stats))
+                     _final_events(recorder, events_path), summary, host_summary(stats))
+
+
+def _final_records(recorder: Recorder, path: Path | str | None,
+                   frontend_s: float) -> pd.DataFrame | Path:
+    """The run's records frame, or `path` once they are written there (one row group at a
+    time, the frame never built); the frame when that write failed (a full disk)."""
+    if path is None:
+        return add_frontend(records_frame(recorder.records.columns()), frontend_s)
+    kept = recorder.records.write_parquet(
+        path, lambda base: add_frontend(records_frame(base), frontend_s))
+    return Path(path) if kept is None else kept
+
+
+def _final_events(recorder: Recorder, path: Path | str | None) -> pd.DataFrame | Path:
+    """The run's events frame, or `path` once they are written there; the frame when that
+    write failed (a full disk)."""
+    if path is None:
+        return recorder.events_frame()
+    kept = recorder.write_events(path)
+    return Path(path) if kept is None else kept

@@ -14,17 +14,27 @@ priorities has no such keys.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
 from sim.metrics.slo import SLO, good_requests, slo_violations
+from sim.records.record_file import RecordColumns
 
 NO_CLASS = "default"  # the class of a request whose class cell is empty
 PREFIX = "class."  # summary keys: class.<name>.<metric>
 LATENCIES = ("ttft", "tpot", "e2e", "queueing")  # seconds: described per class
 COUNTS = ("rejected", "failed", "cancelled")  # statuses counted per class
+CLASS_RECORD_COLUMNS = ("class", "priority", "status", "normalized_latency_s",
+                        *(f"{name}_s" for name in LATENCIES))  # the record columns read
+
+
+def has_classes(records: pd.DataFrame | Path) -> bool:
+    """Whether the records (a frame, or its parquet file, unread) have classes or priorities."""
+    names = RecordColumns(records).names
+    return "class" in names or "priority" in names
 
 
 def class_labels(records: pd.DataFrame) -> pd.Series | None:

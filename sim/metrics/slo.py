@@ -43,6 +43,8 @@ REQUEST_TARGETS: Mapping[str, str] = {
     "ttft_s": "ttft_s", "tpot_s": "tpot_s", "tbt_s": "max_itl_s", "e2e_s": "e2e_s",
     "normalized_latency_s": "normalized_latency_s",
 }
+SLO_COLUMNS = ("status", *dict.fromkeys(
+    [*REQUEST_TARGETS.values(), *(column for _, column in TARGETS.values())]))  # records read
 # millisecond field -> the seconds field it sets
 MS_FIELDS: Mapping[str, str] = {name[:-2] + "_ms": name for name in (*TARGETS, *REQUEST_TARGETS)}
 DEFAULT_ATTAINMENT = 0.9  # fraction of requests that must meet the per-request bounds (DistServe)

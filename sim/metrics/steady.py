@@ -94,6 +94,9 @@ def measured_mask(arrivals: np.ndarray, rule: SteadyRule) -> np.ndarray:
     return (arrivals >= start) & (arrivals < end)
 
 
+STEADY_COLUMNS = ("arrival_s", "finish_s", "status", "reason")  # the record columns read
+
+
 def departures(records: pd.DataFrame) -> np.ndarray:
     """When each request left the system: its finish (rejected ones at arrival); inf if never."""
     left = records["finish_s"].to_numpy(dtype=np.float64).copy()
@@ -152,14 +155,14 @@ def unservable(records: pd.DataFrame, measured: np.ndarray) -> int:
     """Measured requests rejected for their shape (UNSERVABLE), which no load could serve."""
     if "reason" not in records.columns:
         return 0
-    rejected = records["status"].to_numpy()[measured] == "rejected"
-    return int((rejected & np.isin(records["reason"].to_numpy()[measured], UNSERVABLE)).sum())
+    rejected = (records["status"] == "rejected").to_numpy()[measured]  # no object array
+    return int((rejected & records["reason"].isin(UNSERVABLE).to_numpy()[measured]).sum())
 
 
 def turned_away(records: pd.DataFrame, measured: np.ndarray) -> int:
     """Measured requests rejected, failed or cancelled (never delivered)."""
-    status = records["status"].to_numpy()[measured]
-    return int(np.isin(status, ("rejected", "failed", "cancelled")).sum())
+    away = records["status"].isin(("rejected", "failed", "cancelled")).to_numpy()
+    return int(away[measured].sum())
 
 
 def unsteady_reason(offered: float, delivered: float, growth: float, rule: SteadyRule,

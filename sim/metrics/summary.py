@@ -9,6 +9,7 @@ mean_, std_ (population), median_ and p<N>_ keys; ITL percentiles are those of I
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -17,6 +18,7 @@ import pandas as pd
 from sim.core.request import Request
 from sim.records import gap_stats
 from sim.records.instance_stats import InstanceStats
+from sim.records.record_file import RecordColumns
 from sim.records.record_log import record_columns
 from sim.records.recorder import Recorder
 
@@ -92,44 +94,46 @@ def _describe(prefix: str, series: pd.Series, out: dict[str, float]) -> None:
         out[f"{name}_{prefix}"] = float(np.percentile(x, p)) if len(x) else float("nan")
 
 
-def summarize(records: pd.DataFrame, recorder: Recorder,
+def summarize(records: pd.DataFrame | Path, recorder: Recorder,
               stats: Sequence[InstanceStats]) -> dict[str, float]:
-    """Run-level metrics (vLLM benchmark names) and per-instance aggregates."""
-    latencies = [f"{name}_s" for name in ("e2e", "ttft", "tpot", "queueing",
-                                          "normalized_latency")]
-    done = records.loc[records["status"] == "finished",  # only the columns read: less memory
-                       ["prompt_tokens", "output_tokens"] + latencies]
-    end = np.nanmax(records["finish_s"].to_numpy()) if len(records) else 0.0
-    duration = float(end - records["arrival_s"].min()) if len(records) else 0.0
+    """Run-level metrics (vLLM benchmark names) and per-instance aggregates; `records` is the
+    records frame or its parquet file (read a column at a time: sim/records/record_file.py)."""
+    col = RecordColumns(records)
+    status = col["status"]
+    finished = status == "finished"
+    num_done = int(finished.sum())
+    end = np.nanmax(col["finish_s"].to_numpy()) if len(col) else 0.0
+    duration = float(end - col["arrival_s"].min()) if len(col) else 0.0
     computed = column_sum(recorder.step_log.column("num_computed_tokens"))
-    useful_prompt = int(done["prompt_tokens"].sum())
-    useful_output = int(done["output_tokens"].sum())
+    useful_prompt = int(col["prompt_tokens"][finished].sum())
+    useful_output = int(col["output_tokens"][finished].sum())
     out: dict[str, float] = {
-        "num_requests": len(records), "completed": len(done),
-        "rejected": int((records["status"] == "rejected").sum()),
-        "failed": int((records["status"] == "failed").sum()),
-        **cancelled_count(records),
-        "num_length_capped": int((records["finish_reason"] == "length").sum()),
+        "num_requests": len(col), "completed": num_done,
+        "rejected": int((status == "rejected").sum()),
+        "failed": int((status == "failed").sum()),
+        **cancelled_count(col),
+        "num_length_capped": int((col["finish_reason"] == "length").sum()),
         "num_oom_events": recorder.num_oom_events,
-        "num_preemptions": int(records["num_preemptions"].sum()),
+        "num_preemptions": int(col["num_preemptions"].sum()),
         "duration_s": duration,
-        "request_throughput": len(done) / duration if duration > 0 else float("nan"),
+        "request_throughput": num_done / duration if duration > 0 else float("nan"),
         "output_throughput": useful_output / duration if duration > 0 else float("nan"),
         "total_token_throughput": (useful_prompt + useful_output) / duration
         if duration > 0 else float("nan"),
         "computed_token_throughput": computed / duration if duration > 0 else float("nan"),
         "num_computed_tokens": computed,
-        "num_padding_tokens": int(records["num_padding_tokens"].sum()),
-        "num_recomputed_tokens": int(records["num_recomputed_tokens"].sum()),
+        "num_padding_tokens": int(col["num_padding_tokens"].sum()),
+        "num_recomputed_tokens": int(col["num_recomputed_tokens"].sum()),
     }
+    del status
     for name in ("e2e", "ttft", "tpot", "queueing", "normalized_latency"):
-        _describe(f"{name}_s", done[f"{name}_s"], out)
+        _describe(f"{name}_s", col[f"{name}_s"][finished], out)
     out.update(itl_summary(recorder))
     out.update(_instance_summary(stats, duration))
-    out.update(_speculative_summary(records))
-    out["prefix_hit_rate"] = prefix_hit_rate(records)
-    out.update(reason_counts(records))
-    out.update(tier_hit_rates(records))
+    out.update(_speculative_summary(col))
+    out["prefix_hit_rate"] = prefix_hit_rate(col)
+    out.update(reason_counts(col))
+    out.update(tier_hit_rates(col))
     out.update(recorder.counters)
     return out
 
@@ -163,50 +167,57 @@ def column_sum(values: np.ndarray | list) -> int:
     return int(sum(values.tolist() if isinstance(values, np.ndarray) else values))
 
 
-def cancelled_count(records: pd.DataFrame) -> dict[str, int]:
+def cancelled_count(records: pd.DataFrame | RecordColumns) -> dict[str, int]:
     """{'cancelled': N} when the workload has client timeouts (its records have `timeout_s`)
     or anything was cancelled; {} otherwise, so other runs' summaries are unchanged."""
-    n = int((records["status"] == "cancelled").sum())
-    return {"cancelled": n} if n or "timeout_s" in records.columns else {}
+    col = RecordColumns(records)
+    n = int((col["status"] == "cancelled").sum())
+    return {"cancelled": n} if n or "timeout_s" in col else {}
 
 
-def reason_counts(records: pd.DataFrame) -> dict[str, int]:
+def reason_counts(records: pd.DataFrame | RecordColumns) -> dict[str, int]:
     """`reason_<code>`: requests rejected, failed, cancelled or cut for each reason code
     (sim.core.request)."""
-    codes = records.loc[records["reason"] != "", "reason"]
+    reason = RecordColumns(records)["reason"]
+    codes = reason[reason != ""]
     return {f"reason_{code}": int(n) for code, n in codes.value_counts(sort=False).items()}
 
 
-def prefix_hit_rate(records: pd.DataFrame) -> float:
+def prefix_hit_rate(records: pd.DataFrame | RecordColumns) -> float:
     """Tokens a prefix-cache hit supplied over the tokens admitted requests had to prefill
     (prompts, plus tokens recomputed after preemptions): cached prompt tokens / prompt tokens
     when nothing is preempted; 0 without prefix caching."""
-    admitted = records[records["scheduled_s"].notna()]
-    need = int(admitted["prompt_tokens"].sum() + admitted["num_recomputed_tokens"].sum())
-    return int(admitted["num_cached_tokens"].sum()) / need if need else float("nan")
+    col = RecordColumns(records)
+    admitted = col["scheduled_s"].notna()
+    need = int(col["prompt_tokens"][admitted].sum()
+               + col["num_recomputed_tokens"][admitted].sum())
+    return int(col["num_cached_tokens"][admitted].sum()) / need if need else float("nan")
 
 
-def tier_hit_rates(records: pd.DataFrame) -> dict[str, float]:
+def tier_hit_rates(records: pd.DataFrame | RecordColumns) -> dict[str, float]:
     """With KV prefix tiers on (records have `num_host_hit_tokens`): `prefix_hit_rate` split
     by the tier that supplied the cached tokens (GPU, host, remote; they sum to it); else none."""
-    if "num_host_hit_tokens" not in records.columns:
+    col = RecordColumns(records)
+    if "num_host_hit_tokens" not in col:
         return {}
-    admitted = records[records["scheduled_s"].notna()]
-    need = int(admitted["prompt_tokens"].sum() + admitted["num_recomputed_tokens"].sum())
-    host = int(admitted["num_host_hit_tokens"].sum())
-    remote = int(admitted["num_remote_hit_tokens"].sum())
-    gpu = int(admitted["num_cached_tokens"].sum()) - host - remote
+    admitted = col["scheduled_s"].notna()
+    need = int(col["prompt_tokens"][admitted].sum()
+               + col["num_recomputed_tokens"][admitted].sum())
+    host = int(col["num_host_hit_tokens"][admitted].sum())
+    remote = int(col["num_remote_hit_tokens"][admitted].sum())
+    gpu = int(col["num_cached_tokens"][admitted].sum()) - host - remote
     nan = float("nan")
     return {"prefix_hit_rate_gpu": gpu / need if need else nan,
             "prefix_hit_rate_host": host / need if need else nan,
             "prefix_hit_rate_remote": remote / need if need else nan}
 
 
-def _speculative_summary(records: pd.DataFrame) -> dict[str, float]:
+def _speculative_summary(records: pd.DataFrame | RecordColumns) -> dict[str, float]:
     """Speculative decoding: verifies (per request), acceptance and tokens per verify."""
-    verifies = int(records["num_spec_steps"].sum())
-    drafted = int(records["num_draft_tokens"].sum())
-    accepted = int(records["num_accepted_tokens"].sum())
+    col = RecordColumns(records)
+    verifies = int(col["num_spec_steps"].sum())
+    drafted = int(col["num_draft_tokens"].sum())
+    accepted = int(col["num_accepted_tokens"].sum())
     return {
         "spec_verify_steps": verifies, "spec_draft_tokens": drafted,
         "spec_accepted_tokens": accepted,

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sim.records.column_spool import ColumnSpool
+from sim.records.event_log import events_frame, spool_events, write_events
 from sim.records.gap_store import GapFile
 from sim.records.record_log import RecordLog
 from sim.records.step_store import StepStore, write_parquet
@@ -232,6 +234,9 @@ class Recorder:
     records: RecordLog | None = None  # final requests' records, when the run keeps no objects
     counters: dict[str, float] = field(default_factory=dict)  # run totals a feature that is on
     # keeps (KV tiers: bytes moved per tier); added to the run summary as they are
+    event_spill: int | None = None  # events held before they are spooled to disk (a run that
+    # writes its events file: sim/records/event_log.py); None: all kept in `events`
+    event_spool: ColumnSpool | None = None  # the spooled events, oldest first
 
     def add_record_columns(self, names: tuple[str, ...]) -> None:
         """Record the Request attributes `names` as extra columns (a feature that is on)."""
@@ -253,6 +258,8 @@ class Recorder:
     def event(self, now: float, kind: str, request_id: int = -1, info: str = "") -> None:
         """Record a notable scheduler event (preemption, OOM split, retraining...)."""
         self.events.append((now, kind, request_id, info))
+        if self.event_spill is not None and len(self.events) >= self.event_spill:
+            self.event_spool = spool_events(self.event_spool, self.events)
 
     @property
     def steps(self) -> dict[str, np.ndarray | list]:
@@ -263,4 +270,15 @@ class Recorder:
         return self.step_log.frame()  # no 2-D copy
 
     def events_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.events, columns=["time_s", "kind", "request_id", "info"])
+        """Every event as a DataFrame (when none were spooled)."""
+        if self.event_spool is not None:
+            raise RuntimeError("the events were spooled: write them with write_events")
+        return events_frame(self.events)
+
+    def write_events(self, path: Path | str) -> pd.DataFrame | None:
+        """`events_frame().to_parquet(path, index=False)`, byte for byte, holding one row
+        group at a time when the events were spooled; the events are dropped after. None when
+        written, else the frame (event_log.write_events)."""
+        kept = write_events(path, self.events, self.event_spool)
+        self.events, self.event_spool = [], None
+        return kept

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -108,17 +108,27 @@ def write_parquet(path: Path | str, num_rows: int, names: Sequence[str],
     """Write `num_rows` rows of columns `names` to `path` as DataFrame.to_parquet(index=False)
     writes the whole frame, building one row group (ROW_GROUP rows) at a time from
     `read(name, start, stop)`."""
+    frames = (pd.DataFrame({name: read(name, start, min(start + ROW_GROUP, num_rows))
+                            for name in names}, columns=list(names), copy=False)
+              for start in range(0, max(num_rows, 1), ROW_GROUP))
+    write_frames(path, frames)
+
+
+def write_frames(path: Path | str, frames: Iterable[pd.DataFrame],
+                 sample: pd.DataFrame | None = None) -> None:
+    """Write `frames` (row groups of ROW_GROUP rows, the last one shorter) to `path` as
+    DataFrame.to_parquet(index=False) writes their concatenation, holding one frame at a time.
+    The schema (arrow types, pandas metadata) is `sample`'s, a frame with the whole frame's
+    dtypes and value types (default: the first frame's, right when it has them all)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     writer = None
     try:
-        for start in range(0, max(num_rows, 1), ROW_GROUP):
-            stop = min(start + ROW_GROUP, num_rows)
-            frame = pd.DataFrame({name: read(name, start, stop) for name in names},
-                                 columns=list(names), copy=False)
+        for frame in frames:
             if writer is None:
-                schema = pa.Schema.from_pandas(frame, preserve_index=False)
+                schema = pa.Schema.from_pandas(frame if sample is None else sample,
+                                               preserve_index=False)
                 writer = pq.ParquetWriter(path, schema, compression="snappy")
             writer.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False))
             del frame

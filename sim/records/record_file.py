@@ -1,0 +1,78 @@
+"""A run's records read a few columns at a time: from its frame, or from its records file.
+
+A run that writes its records to a parquet file (`run_simulation(records_path=...)`) never
+builds the whole records frame: what is computed from the records after the run (the summary,
+per-class metrics, SLO, steady state, cost, bench.json) reads only the columns it needs, one or
+a few at a time (8 bytes a request each: 80 MB a column at ten million requests). The values
+and dtypes read back are the frame's (parquet keeps both), so every figure is the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+Source = pd.DataFrame | Path  # a records frame, or the path of its parquet file
+
+
+class RecordColumns:
+    """Columns of a run's records by name, from a frame (no copy) or its parquet file."""
+
+    def __init__(self, source: Source | str | "RecordColumns") -> None:
+        if isinstance(source, RecordColumns):
+            source = source.source
+        self.source: Source = source if isinstance(source, pd.DataFrame) else Path(source)
+        self._names: list[str] | None = None
+        self._rows: int | None = None
+
+    @property
+    def names(self) -> list[str]:
+        """The records' column names, in order."""
+        if self._names is None:
+            if isinstance(self.source, pd.DataFrame):
+                self._names = list(self.source.columns)
+            else:
+                import pyarrow.parquet as pq
+
+                self._names = list(pq.read_schema(self.source).names)
+        return self._names
+
+    def __len__(self) -> int:
+        if self._rows is None:
+            if isinstance(self.source, pd.DataFrame):
+                self._rows = len(self.source)
+            else:
+                import pyarrow.parquet as pq
+
+                self._rows = pq.ParquetFile(self.source).metadata.num_rows
+        return self._rows
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+    def __getitem__(self, name: str) -> pd.Series:
+        """One column (the frame's own Series, or read from the file)."""
+        if isinstance(self.source, pd.DataFrame):
+            return self.source[name]
+        return _read(self.source, [name])[name]
+
+    def frame(self, names: Iterable[str]) -> pd.DataFrame:
+        """A frame holding at least those of `names` the records have: the frame itself, or
+        just those columns read from the file."""
+        if isinstance(self.source, pd.DataFrame):
+            return self.source
+        return _read(self.source, [n for n in dict.fromkeys(names) if n in self.names])
+
+
+def _read(path: Path, names: list[str]) -> pd.DataFrame:
+    """Columns `names` of the parquet file, as `pd.read_parquet` gives them, each arrow
+    column freed as it is converted (no second copy of the columns read)."""
+    return pd.read_parquet(path, columns=names,
+                           to_pandas_kwargs={"self_destruct": True, "split_blocks": True})
+
+
+def record_frame(source: Source | RecordColumns, names: Iterable[str]) -> pd.DataFrame:
+    """`RecordColumns(source).frame(names)`: the columns a computation reads, as a frame."""
+    return RecordColumns(source).frame(names)
