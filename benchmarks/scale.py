@@ -1,24 +1,31 @@
-"""Simulator scale: 10k, 100k and 1M requests on one Llama-2-7B / A100-80GB instance.
+"""Scale on the user's path: `python -m experiments.run CONFIG --out DIR` as one whole process.
 
-Lengths are the Azure 2023 conversation trace's (prompt, output) pairs resampled jointly with a
-seeded numpy Generator; arrivals are Poisson at `--rate` (2 req/s). Every (policy, size) runs in
-a fresh subprocess, which reports the wall seconds of the simulation, simulated requests per
-wall-second and the peak RSS of the whole process (`ru_maxrss`). The last column is the cost per
-request (wall / requests) relative to the smallest size of the same policy: 1.0 is linear.
-Prints figures, asserts nothing about speed.
+The command the README teaches, with its defaults: the default cost model (nothing named), the
+default outputs (records, events, steps, instances, summary, bench.json, the table) and the
+policy's default parameters. The workload is the built-in synthetic one (`workload.synthetic`,
+ShareGPT-like lengths, Poisson arrivals at `--rate`), one Llama-2-7B instance on an A100-80GB.
+Every (policy, size) runs in a fresh process; the parent reads the child's own peak RSS from
+`os.wait4` and its wall clock, and the run's phases from its host_timing.json (`phases_s`,
+seconds the run measured itself):
+
+  simulate  the engine: arrivals, scheduling, the cost model, every step
+  summarise the summary (percentiles, $ and J, SLO, steady state, classes) and bench.json's
+            figures, read from the records a few columns at a time
+  write     the run's files: steps, records and events moved or written in row groups,
+            instances, summary, config (the workload build, ms, is in `rest`)
+  rest      everything else in the process: interpreter start, imports, config checks, the
+            workload, the sweep's summary.csv and table
+
+Prints figures, asserts nothing about speed. `cost/req x` is the process's wall per request
+against the smallest size of the same policy (1.0 is linear).
 
     python benchmarks/scale.py [--sizes 10000,100000,1000000]
-        [--policies vllm_v0,vllm,sarathi,orca] [--cost-model roofline] [--rate 2] [--seed 0]
-        [--in-memory] [--compiled]
+        [--policies vllm,vllm_v0,sarathi,orca] [--rate 2] [--seed 0] [--compiled] [--keep DIR]
 
-The cost model is always named (`cluster.cost_model: {kind: roofline}` by default), so the
-figures do not move when the default kind changes. `vllm_v0` (vLLM's v0 scheduler) resolves to the
-registered name `vllm_v0`, else to `vllm` (the name it had before the rename); `vllm` is
-today's V1 scheduler (prefix caching on, as V1 defaults), timed only in trees that have both.
-To time another tree, set PYTHONPATH to it: the script then imports `sim`, `policies`, `traces`
-from there. `--compiled` times the compiled hot modules (sim/compiled.py): it builds them first
-(`scripts/compile.py`, into .compiled) when they are missing or stale, and runs every child with
-SERVESIM_COMPILED=1; the header says whether they ran.
+`--compiled` runs the children with SERVESIM_COMPILED=1 (built first into .compiled when missing
+or stale). Each run's folder is removed after it is read unless `--keep DIR` names where to
+leave them. `benchmarks/scale_engine.py` times `simulate()` alone (the engine without the sweep
+around it), for trees from before this path.
 """
 
 from __future__ import annotations
@@ -26,218 +33,130 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if not os.environ.get("PYTHONPATH"):
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))
 
-COST_MODELS = ("roofline", "stage")  # --cost-model choices (cluster.cost_model.kind)
-BATCH_CAP = 128  # running requests per instance (max_num_seqs / max_batch_size)
-LABELS = {"vllm_v0": "vllm_v0 (paged, v0)",  # printed names of resolved policies
-          "vllm": "vllm (V1, prefix cache)"}
+from benchmarks.scale_engine import ensure_compiled, size_list  # noqa: E402
+
+POLICIES = "vllm,vllm_v0,sarathi,orca"  # today's scheduler first: the one users pick
 
 
 @dataclass(frozen=True)
-class Figures:
-    """One run's figures, as a child process reports them."""
+class RunFigures:
+    """One `experiments.run` process, as the parent measured it."""
 
-    policy: str  # name asked for (vllm_v0, sarathi, orca)
-    resolved: str  # registered name it ran as
+    policy: str  # registered policy name
     size: int  # requests
-    wall_s: float  # seconds simulating (trace built before)
-    total_s: float  # seconds of the whole child process, imports and trace included
-    peak_rss_mib: float  # peak resident set of the whole child process, MiB
-    completed: int  # requests finished
-    num_steps: int  # Steps executed
-    sim_root: str  # directory the `sim` package was imported from
-    compiled: bool = False  # the compiled hot modules ran (SERVESIM_COMPILED)
+    total_s: float  # seconds of the whole process
+    run_s: float  # seconds inside the sweep's timer (host_timing.json wall_s)
+    peak_rss_mib: float  # the child's own peak resident set, MiB
+    completed: int  # requests finished (summary.json)
+    phases_s: dict  # seconds per phase (host_timing.json phases_s; empty in older trees)
+
+    def phase(self, *names: str) -> float:
+        """Seconds of the named phases together (NaN when the run did not report them)."""
+        if not self.phases_s:
+            return float("nan")
+        return sum(float(self.phases_s.get(n, 0.0)) for n in names)
 
 
-def cost_model_options(kind: str) -> dict:
-    """`cluster.cost_model` for a --cost-model choice, its kind named (not the default's)."""
-    return {"kind": kind}
+def config_text(policy: str, size: int, rate: float, seed: int) -> str:
+    """The run's config: the quickstart's shape with one policy, one rate, one seed."""
+    return (f"name: scale_{policy}_{size}\n"
+            f"workload:\n  synthetic: {{num_requests: {size}, arrival: poisson, "
+            f"lengths: sharegpt}}\n"
+            f"cluster: {{model: llama-2-7b, gpu: A100-80GB, num_instances: 1}}\n"
+            f"policies:\n  - name: {policy}\n"
+            f"request_rates: [{rate!r}]\nseeds: [{seed}]\n")
 
 
-def resolve_policy(name: str) -> str:
-    """The registered name of `name`: vllm_v0 falls back to `vllm` before the rename."""
-    from policies.registry import policy_names
-
-    names = policy_names()
-    if name == "vllm" and "vllm_v0" not in names:
-        raise SystemExit("this tree's `vllm` is the v0 scheduler (before the rename): time it "
-                         "as vllm_v0")
-    if name in names:
-        return name
-    if name == "vllm_v0" and "vllm" in names:
-        return "vllm"
-    raise SystemExit(f"policy {name!r} is not registered; known: {', '.join(names)}")
-
-
-def policy_params(resolved: str) -> dict:
-    """The batch cap under each policy's own parameter name."""
-    if resolved in ("orca",):
-        return {"max_batch_size": BATCH_CAP}
-    return {"max_num_seqs": BATCH_CAP}
-
-
-def build_trace(size: int, rate: float, seed: int):
-    """`size` Azure conv (prompt, output) pairs resampled, with Poisson arrivals at `rate`."""
-    import numpy as np
-    import pandas as pd
-
-    from traces.arrivals import arrivals
-    from traces.lengths import resample_lengths
-    from traces.registry import load_trace, shared_trace_path
-
-    rng = np.random.default_rng(seed)
-    lengths = resample_lengths(load_trace(shared_trace_path("azure_conv")), size, rng)
-    return pd.DataFrame({"arrival_s": arrivals(rate, size, rng=rng),
-                         "prompt_tokens": lengths["prompt_tokens"],
-                         "output_tokens": lengths["output_tokens"]})
-
-
-def child(policy: str, size: int, rate: float, seed: int, cost_model: str, t_start: float,
-          in_memory: bool = False) -> None:
-    """Run one simulation and print its Figures as one JSON line. Steps are streamed to a
-    parquet file in a temporary directory, as `experiments.run --out` does, unless
-    `in_memory` (the steps frame then stays in memory, as `policies.simulate.simulate` gives)."""
-    import tempfile
-
-    import sim
-    from policies.simulate import simulate
-    from sim.cluster.spec import ClusterSpec, build_executors
-
-    resolved = resolve_policy(policy)
-    trace = build_trace(size, rate, seed)
-    executors = build_executors(ClusterSpec(model="llama-2-7b", gpu="A100-80GB",
-                                            cost_model=cost_model_options(cost_model)))
-    with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
-        stream = {} if in_memory else {"steps_path": Path(tmp) / "steps.parquet"}
-        t0 = time.perf_counter()
-        res = simulate(trace, resolved, policy_params(resolved), executors, seed=seed, **stream)
-        wall = time.perf_counter() - t0
-        num_steps = res.num_steps if hasattr(res, "num_steps") else len(res.steps)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
-    fig = Figures(policy, resolved, size, wall, time.perf_counter() - t_start, rss,
-                  int(res.summary["completed"]), num_steps,
-                  str(Path(sim.__file__).resolve().parents[1]), compiled_active())
-    print(json.dumps(fig.__dict__))
-
-
-def compiled_active() -> bool:
-    """Whether this process runs the compiled hot modules (False in trees without them)."""
+def run_one(policy: str, size: int, args: argparse.Namespace, keep: Path | None) -> RunFigures:
+    """`python -m experiments.run` on the run's config in a fresh process; its figures."""
+    work = Path(tempfile.mkdtemp(prefix="scale-run-"))
     try:
-        from sim.compiled import is_active
-    except ImportError:
-        return False
-    return is_active()
+        config = work / "config.yaml"
+        config.write_text(config_text(policy, size, args.rate, args.seed), encoding="utf-8")
+        out = (keep / f"{policy}_{size}") if keep else work / "out"
+        env = dict(os.environ, SERVESIM_COMPILED="1" if args.compiled else "0")
+        data = ROOT.parent / "shared" / "data"
+        if "SIMSERVE_DATA_DIR" not in env and data.is_dir():
+            env["SIMSERVE_DATA_DIR"] = str(data)
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "experiments.run", str(config),
+                                 "--out", str(out)], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        total = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err = proc.stderr.read() if proc.stderr else ""
+        if proc.returncode:
+            raise SystemExit(f"{policy} x {size} failed (exit {proc.returncode}):\n{err}")
+        run_dir = next((out / "runs").iterdir())
+        timing = json.loads((run_dir / "host_timing.json").read_text(encoding="utf-8"))
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        return RunFigures(policy, size, total, float(timing["wall_s"]),
+                          usage.ru_maxrss / 1024.0, int(summary["completed"]),
+                          dict(timing.get("phases_s") or {}))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
-def ensure_compiled() -> None:
-    """Build the compiled hot modules into .compiled unless a current build is there."""
-    from sim.compiled import DEFAULT_DIR, CompiledBuildError, check_build
-
-    try:
-        for package in ("sim", "policies"):
-            check_build(DEFAULT_DIR, package, ROOT / package)
-    except CompiledBuildError as why:
-        print(f"building the compiled hot modules ({why})", flush=True)
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "compile.py")], check=True)
+HEADER = (f"{'policy':<10}{'requests':>11}{'wall s':>9}{'simulate':>10}{'summarise':>10}"
+          f"{'write':>8}{'rest s':>8}{'req/s':>10}{'peak RSS MiB':>14}{'cost/req x':>12}"
+          f"{'done':>11}")
 
 
-def run_child(policy: str, size: int, args: argparse.Namespace) -> Figures:
-    """One run in a fresh interpreter (so its peak RSS is its own)."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", policy, str(size),
-           "--rate", str(args.rate), "--seed", str(args.seed), "--cost-model", args.cost_model]
-    cmd += ["--in-memory"] if args.in_memory else []
-    env = dict(os.environ)
-    env["SERVESIM_COMPILED"] = "1" if args.compiled else "0"
-    data = ROOT.parent / "shared" / "data"  # this checkout's traces, whichever tree is timed
-    if "SIMSERVE_DATA_DIR" not in env and data.is_dir():
-        env["SIMSERVE_DATA_DIR"] = str(data)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode:
-        raise SystemExit(f"{policy} x {size} failed:\n{proc.stderr}")
-    return Figures(**json.loads(proc.stdout.strip().splitlines()[-1]))
-
-
-HEADER = (f"{'policy':<22}{'requests':>10}{'wall s':>9}{'req/s':>10}{'peak RSS MiB':>14}"
-          f"{'cost/req x':>12}{'process s':>11}")
-
-
-def row(f: Figures, base: dict[str, float]) -> str:
-    """One printed line; `base` holds each policy's first cost per request (seconds)."""
-    per = f.wall_s / f.size
+def row(f: RunFigures, base: dict[str, float]) -> str:
+    """One printed line; `base` holds each policy's first wall per request (seconds)."""
+    per = f.total_s / f.size
     base.setdefault(f.policy, per)
-    label = LABELS.get(f.policy, f.policy)
-    return (f"{label:<22}{f.size:>10,}{f.wall_s:>9.2f}{f.size / f.wall_s:>10,.0f}"
-            f"{f.peak_rss_mib:>14,.0f}{per / base[f.policy]:>12.2f}{f.total_s:>11.2f}")
+    sim, summ, write = f.phase("simulate"), f.phase("summarise", "bench"), f.phase("write")
+    rest = f.total_s - (sim + summ + write if f.phases_s else f.run_s)
+    return (f"{f.policy:<10}{f.size:>11,}{f.total_s:>9.2f}{sim:>10.2f}{summ:>10.2f}"
+            f"{write:>8.2f}{rest:>8.2f}{f.size / f.total_s:>10,.0f}{f.peak_rss_mib:>14,.0f}"
+            f"{per / base[f.policy]:>12.2f}{f.completed:>11,}")
 
 
-def size_list(text: str) -> list[int]:
-    """`--sizes`: comma-separated request counts, each >= 1 (an argparse type)."""
-    try:
-        sizes = [int(s) for s in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers") from None
-    if min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: each size must be >= 1")
-    return sizes
-
-
-def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Usage error (exit 2) for an unknown policy or a rate <= 0, before any child runs."""
-    for name in args.policies.split(","):
-        try:
-            resolve_policy(name)
-        except SystemExit as why:
-            ap.error(f"--policies: {why.code}")
-    if not args.rate > 0:  # NaN too
-        ap.error(f"--rate={args.rate}: must be > 0 (req/s)")
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=size_list, default="10000,100000,1000000",
                     help="requests, comma-separated")
-    ap.add_argument("--policies", default="vllm_v0,vllm,sarathi,orca", help="comma-separated")
-    ap.add_argument("--cost-model", choices=COST_MODELS, default="roofline",
-                    help="cluster.cost_model.kind, always passed explicitly")
+    ap.add_argument("--policies", default=POLICIES, help="comma-separated registered names")
     ap.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals, req/s")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--in-memory", action="store_true",
-                    help="keep the steps frame in memory (default: streamed to a temporary file)")
     ap.add_argument("--compiled", action="store_true",
-                    help="time the compiled hot modules (built first when missing or stale)")
-    ap.add_argument("--child", nargs=2, metavar=("POLICY", "SIZE"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        child(args.child[0], int(args.child[1]), args.rate, args.seed, args.cost_model,
-              time.perf_counter(), args.in_memory)
-        return
-    check_args(ap, args)
-    sizes = args.sizes
-    os.environ.pop("SERVESIM_COMPILED", None)  # each child is told which modules to run
+                    help="run the compiled hot modules (built first when missing or stale)")
+    ap.add_argument("--keep", type=Path, help="leave each run's folder under this directory")
+    args = ap.parse_args(argv)
+    from policies.registry import policy_names
+
+    unknown = [p for p in args.policies.split(",") if p not in policy_names()]
+    if unknown:
+        ap.error(f"--policies: {', '.join(unknown)} not registered; known: "
+                 f"{', '.join(policy_names())}")
+    if not args.rate > 0:
+        ap.error(f"--rate={args.rate}: must be > 0 (req/s)")
     if args.compiled:
         ensure_compiled()
-    print(f"Llama-2-7B on 1 x A100-80GB; cost model {args.cost_model}; Poisson {args.rate:g} "
-          f"req/s; batch cap {BATCH_CAP}; seed {args.seed}", flush=True)
+    print(f"python -m experiments.run on Llama-2-7B, 1 x A100-80GB, default cost model and "
+          f"outputs; synthetic sharegpt lengths, Poisson {args.rate:g} req/s, seed {args.seed}; "
+          f"{'compiled' if args.compiled else 'pure Python'}; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
+    print(HEADER, flush=True)
     base: dict[str, float] = {}
     for policy in args.policies.split(","):
-        for size in sizes:
-            f = run_child(policy, size, args)
-            if not base:
-                print(f"sim imported from {f.sim_root}; compiled hot modules: "
-                      f"{'yes' if f.compiled else 'no'}\n{HEADER}", flush=True)
-            if size == sizes[0]:
-                print(f"# {policy} runs as registered {f.resolved!r}", flush=True)
-            print(row(f, base), flush=True)
+        for size in args.sizes:
+            print(row(run_one(policy, size, args, args.keep), base), flush=True)
+    return 0
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -78,3 +78,12 @@ def host_timing_record(result: RunResult,
     return {**dict(measured or {}),
             "written_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "host": socket.gethostname(), **result.host_timing}
+
+
+def add_phases(result: RunResult, **seconds: float) -> None:
+    """Add measured seconds to the run's phases (host_timing.json `phases_s`: workload,
+    simulate, summarise, write, bench), the names a timed run reports."""
+    phases = result.host_timing.setdefault("phases_s", {})
+    for name, value in seconds.items():
+        phases[name] = phases.get(name, 0.0) + value
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import math
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -11,7 +12,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import pandas as pd
 
 from experiments.config.experiment import rate_text
-from experiments.files.host_files import host_timing_record, write_step_tables
+from experiments.files.host_files import add_phases, host_timing_record, write_step_tables
 from experiments.files.outdir import atomic_write, writing
 from experiments.files.resume import file_sha256
 from sim.engine.simulate import RunResult
@@ -74,6 +75,17 @@ def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(plain(data), indent=2) + "\n")
 
 
+
+def add_written_phases(run_dir: Path, **seconds: float) -> None:
+    """Add measured seconds to the `phases_s` of a run directory's host_timing.json, for what
+    is written after it (bench.json, which reads config.json)."""
+    path = run_dir / "host_timing.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    phases = record.setdefault("phases_s", {})
+    for name, value in seconds.items():
+        phases[name] = phases.get(name, 0.0) + value
+    write_json(path, record)
+
 def write_text(path: Path, text: str) -> None:
     """Write `text` (UTF-8) atomically; an OSError becomes a ResultsWriteError naming `path`."""
     with atomic_write(path) as handle:
@@ -101,6 +113,7 @@ def write_run(run_dir: Path, result: RunResult, config: Mapping[str, Any],
     every run of one config."""
     with writing(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
     for name in RUN_TABLES:
         if name == "steps":
             write_step_tables(run_dir, result)  # and host_timing.parquet
@@ -111,6 +124,7 @@ def write_run(run_dir: Path, result: RunResult, config: Mapping[str, Any],
                 result.write_table(name, handle.name, lands_at=target)
             else:
                 getattr(result, name).to_parquet(handle, index=False)
+    add_phases(result, write=time.perf_counter() - start)
     write_json(run_dir / "host_timing.json", host_timing_record(result, measured))
     write_json(run_dir / "summary.json", result.summary)
     written = [f"{name}.parquet" for name in RUN_TABLES] + ["summary.json"]

@@ -26,22 +26,18 @@ import pandas as pd
 from tqdm import tqdm
 
 from experiments.bench.vllm_bench import BenchOptions, write_bench
-from experiments.config.classes import class_slos
 from experiments.config.classes import identity as classes_identity
 from experiments.config.experiment import ExperimentConfig, PolicyEntry
+from experiments.files.host_files import add_phases
 from experiments.files.outdir import replace_dir, run_dir, temp_dir, writing
 from experiments.files.resume import (RESULT_SCHEMA_VERSION, NotReusable, file_digest,
                                 referenced_files, reusable_summary, simulator_version)
-from experiments.report.results import plain, run_id, summary_row, table_rows, write_json, write_run
-from experiments.report.steady import steady_metrics
+from experiments.report.results import (add_written_phases, plain, run_id, summary_row,
+                                        table_rows, write_json, write_run)
 from experiments.sweep.pool import completed
+from experiments.sweep.summaries import add_summaries
 from experiments.sweep.workload import WORKLOAD_NOTE, build_workload, load_base_trace, trace_path
 from sim.engine.simulate import RunResult
-from sim.cluster.run_cost import COST_COLUMNS
-from sim.metrics.class_metrics import (CLASS_RECORD_COLUMNS, class_labels, class_slo_summary,
-                                       has_classes)
-from sim.metrics.slo import SLO_COLUMNS
-from sim.metrics.steady import STEADY_COLUMNS
 from sim.metrics.summary import instance_settings
 from sim.util.errors import ConfigError, TraceError
 
@@ -170,7 +166,9 @@ def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
         if num_requests == 0:
             raise TraceError(spec.name, "the workload has no requests (check duration_s / "
                                         "max_requests)")
+        workload_s = time.perf_counter() - start
         result = _simulate(cfg, spec, trace, on_done, paths)
+        add_phases(result, workload=workload_s)
         if WORKLOAD_NOTE in trace.attrs:  # a cap that bound while generating the workload
             result.summary[WORKLOAD_NOTE] = trace.attrs[WORKLOAD_NOTE]
         return RunOutput(spec, result, num_requests, time.perf_counter() - start,
@@ -188,9 +186,7 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
     from experiments.config.backend import build_executors
     from policies.simulate import simulate
     from sim.cluster.frontend_run import frontend_kwargs
-    from sim.cluster.run_cost import run_cost_summary
     from sim.cost.overhead import overhead_kwargs
-    from sim.metrics.slo import slo_summary
 
     cluster = cfg.cluster_for(spec.entry)
     replay = simulate
@@ -206,31 +202,8 @@ def _simulate(cfg: ExperimentConfig, spec: RunSpec, trace: pd.DataFrame,
     result = replay(trace, spec.entry.name, spec.entry.params, build_executors(cluster),
                     seed=spec.seed, on_done=on_done, max_model_len=cluster.max_model_len,
                     **overhead_kwargs(cluster), **frontend_kwargs(cluster), **loop)
-    result.summary.update(run_cost_summary(cluster, result.record_frame(COST_COLUMNS),
-                                           result.instances,
-                                           result.summary["duration_s"]))  # $ and joules
-    if cfg.slo is not None:
-        result.summary.update(slo_summary(result.record_frame(SLO_COLUMNS), result.summary,
-                                          cfg.slo))
-    per_class(cfg, spec.entry, result)
-    result.summary.update(steady_metrics(
-        result.record_frame(STEADY_COLUMNS + (SLO_COLUMNS if cfg.slo is not None else ())),
-        result.summary, cfg.slo))
+    add_summaries(cfg, spec.entry, cluster, result)
     return result
-
-
-def per_class(cfg: ExperimentConfig, entry: PolicyEntry, result: RunResult) -> None:
-    """Each class's SLO attainment and goodput in the summary (docs/classes.md), when the
-    workload has classes and the experiment or the class has an SLO."""
-    if not has_classes(result.record_columns().source):
-        return
-    records = result.record_frame(CLASS_RECORD_COLUMNS + SLO_COLUMNS)
-    labels = class_labels(records)
-    if labels is None:
-        return
-    slos = class_slos(cfg.classes_for(entry), cfg.slo, set(labels))
-    if slos:
-        result.summary.update(class_slo_summary(records, result.summary["duration_s"], slos))
 
 
 # ---- the driver side ------------------------------------------------------------------------
@@ -256,7 +229,9 @@ def persist(out_dir: Path, cfg: ExperimentConfig, out: RunOutput,
                     "seed": spec.seed, "num_requests": out.num_requests,
                     "cluster": dataclasses.asdict(cfg.cluster_for(spec.entry))}},
                   {"wall_s": out.wall_s})  # measured: host_timing.json, not config.json
+        start = time.perf_counter()
         write_bench(tmp, BenchOptions(), out.result.record_columns())  # vllm bench serve's JSON
+        add_written_phases(tmp, bench=time.perf_counter() - start)
         replace_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # left only when writing failed

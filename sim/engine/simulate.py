@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -170,6 +171,7 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
                         event_spill=None if events_path is None else EVENT_SPILL)
     infos = [info_of(ex, i) for i, ex in enumerate(executors)]
     policy = make_policy(infos, recorder)
+    t0 = time.perf_counter()  # measured phases (host_timing.json "phases_s"), never results
     stats: list[InstanceStats] = Simulation(requests, policy, executors, recorder,
                                             on_done=on_done, overhead=overhead,
                                             max_model_len=limit,
@@ -177,6 +179,7 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
                                             admission=None if admission is None
                                             else AdmissionControl(admission),
                                             watch=watch).run()
+    t1 = time.perf_counter()
     steps: pd.DataFrame | Path
     if steps_path is not None:  # written before the records frame exists: lower peak memory
         try:
@@ -186,6 +189,7 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
             Path(steps_path).unlink(missing_ok=True)
             steps_path = None
     records = _final_records(recorder, records_path, frontend_s)
+    t2 = time.perf_counter()
     summary = summarize(records, recorder, stats)
     if has_classes(records):  # else no class keys: nothing read
         summary.update(class_summary(record_frame(records, CLASS_RECORD_COLUMNS),
@@ -194,8 +198,13 @@ def run_simulation(trace: pd.DataFrame, make_policy: PolicyFactory,
         steps = recorder.steps_frame()
     recorder.step_log.close()  # its folded columns are in `steps` now: free them
     settings = [policy.instance_settings(s.instance_id) for s in stats]
-    return RunResult(records, steps, instance_frame(stats, summary["duration_s"], settings),
-                     _final_events(recorder, events_path), summary, host_summary(stats))
+    instances = instance_frame(stats, summary["duration_s"], settings)
+    t3 = time.perf_counter()
+    events = _final_events(recorder, events_path)
+    phases = {"simulate": t1 - t0, "summarise": t3 - t2,
+              "write": t2 - t1 + time.perf_counter() - t3}  # seconds
+    return RunResult(records, steps, instances, events, summary,
+                     {**host_summary(stats), "phases_s": phases})
 
 
 def _final_records(recorder: Recorder, path: Path | str | None,

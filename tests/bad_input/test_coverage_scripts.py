@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import scale, scale_run, sim_speed, sweep_scaling
+from benchmarks import scale, scale_engine, sim_speed, sweep_scaling
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,9 +50,9 @@ def test_sim_speed_names_missing_shared_data(monkeypatch, capsys, tmp_path):
     (["--policies", "orca,vllm_v9"], "--policies: policy 'vllm_v9' is not registered"),
     (["--rate", "0"], "--rate=0.0: must be > 0"),
 ])
-def test_scale_refuses_before_any_child_runs(monkeypatch, capsys, argv, named):
-    monkeypatch.setattr(scale, "run_child", lambda *a: pytest.fail("a child ran"))
-    assert named in usage_error(monkeypatch, capsys, scale.main, argv)
+def test_scale_engine_refuses_before_any_child_runs(monkeypatch, capsys, argv, named):
+    monkeypatch.setattr(scale_engine, "run_child", lambda *a: pytest.fail("a child ran"))
+    assert named in usage_error(monkeypatch, capsys, scale_engine.main, argv)
 
 
 @pytest.mark.parametrize("argv, named", [
@@ -60,19 +60,22 @@ def test_scale_refuses_before_any_child_runs(monkeypatch, capsys, argv, named):
     (["--policies", "orca,vllm_v9"], "--policies: vllm_v9 not registered"),
     (["--rate", "-1"], "--rate=-1.0: must be > 0"),
 ])
-def test_scale_run_refuses_before_any_run(monkeypatch, capsys, argv, named):
-    monkeypatch.setattr(scale_run, "run_one", lambda *a: pytest.fail("a run started"))
+def test_scale_refuses_before_any_run(monkeypatch, capsys, argv, named):
+    monkeypatch.setattr(scale, "run_one", lambda *a: pytest.fail("a run started"))
     with pytest.raises(SystemExit) as info:
-        scale_run.main(argv)
+        scale.main(argv)
     assert info.value.code == 2 and named in capsys.readouterr().err
 
 
-def test_scale_run_times_the_users_command_and_reads_its_files(capsys):
-    """A tiny size end to end: the row names the policy and the requests done (no timing is
-    checked)."""
-    assert scale_run.main(["--sizes", "40", "--policies", "orca"]) == 0
-    line = capsys.readouterr().out.strip().splitlines()[-1].split()
+def test_scale_times_the_users_command_and_reads_its_files(capsys):
+    """A tiny size end to end: the row names the policy, the requests done and the run's
+    phases as the run measured them (no timing is checked)."""
+    assert scale.main(["--sizes", "40", "--policies", "orca"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-2].split()[4:7] == ["simulate", "summarise", "write"]
+    line = out[-1].split()
     assert line[0] == "orca" and line[1] == "40" and int(line[-1].replace(",", "")) > 0
+    assert all(float(v) >= 0 for v in line[3:6])  # phases reported, none NaN
 
 
 @pytest.mark.parametrize("argv, named", [
