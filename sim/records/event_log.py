@@ -45,13 +45,7 @@ def write_events(path: Path | str, events: list[tuple],
     frame when none were spooled and the write failed (OSError: the file is removed, and the
     caller's own write of the frame names the error)."""
     if spool is None:
-        frame = events_frame(events)
-        try:
-            frame.to_parquet(path, index=False)
-        except OSError:
-            Path(path).unlink(missing_ok=True)
-            return frame
-        return None
+        return step_store.write_or_keep(events_frame(events), path)
     spool = spool_events(spool, events)
     dtypes = spool.dtypes()
     rows = step_store.ROW_GROUP

@@ -98,13 +98,7 @@ class RecordStream(RecordLog):
         self._fold()
         spool = self.spool
         if spool is None:
-            frame = derive(pd.DataFrame(super().columns()))
-            try:
-                frame.to_parquet(path, index=False)
-            except OSError:
-                Path(path).unlink(missing_ok=True)
-                return frame
-            return None
+            return step_store.write_or_keep(derive(pd.DataFrame(super().columns())), path)
         dtypes = spool.dtypes()
         rows = step_store.ROW_GROUP
         frames = (derive(spool.frame(start, start + rows, dtypes))

@@ -135,3 +135,15 @@ def write_frames(path: Path | str, frames: Iterable[pd.DataFrame],
     finally:
         if writer is not None:
             writer.close()
+
+
+def write_or_keep(frame: pd.DataFrame, path: Path | str) -> pd.DataFrame | None:
+    """`frame.to_parquet(path, index=False)`; None when written, the frame when the write
+    failed (OSError, a full disk: the file is removed and the caller's own write of the frame
+    names the error)."""
+    try:
+        frame.to_parquet(path, index=False)
+    except OSError:
+        Path(path).unlink(missing_ok=True)
+        return frame
+    return None
