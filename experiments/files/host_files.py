@@ -80,10 +80,10 @@ def host_timing_record(result: RunResult,
             "host": socket.gethostname(), **result.host_timing}
 
 
-def add_phases(result: RunResult, **seconds: float) -> None:
-    """Add measured seconds to the run's phases (host_timing.json `phases_s`: workload,
-    simulate, summarise, write, bench), the names a timed run reports."""
-    phases = result.host_timing.setdefault("phases_s", {})
+def add_phases(record: dict[str, Any], **seconds: float) -> None:
+    """Add measured seconds to the phases of a host-timing record (`RunResult.host_timing`, or
+    host_timing.json's content; key `phases_s`: workload, simulate, summarise, write, bench)."""
+    phases = record.setdefault("phases_s", {})
     for name, value in seconds.items():
         phases[name] = phases.get(name, 0.0) + value
 

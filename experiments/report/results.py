@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 import math
+import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -75,16 +75,14 @@ def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(plain(data), indent=2) + "\n")
 
 
-
 def add_written_phases(run_dir: Path, **seconds: float) -> None:
     """Add measured seconds to the `phases_s` of a run directory's host_timing.json, for what
     is written after it (bench.json, which reads config.json)."""
     path = run_dir / "host_timing.json"
     record = json.loads(path.read_text(encoding="utf-8"))
-    phases = record.setdefault("phases_s", {})
-    for name, value in seconds.items():
-        phases[name] = phases.get(name, 0.0) + value
+    add_phases(record, **seconds)
     write_json(path, record)
+
 
 def write_text(path: Path, text: str) -> None:
     """Write `text` (UTF-8) atomically; an OSError becomes a ResultsWriteError naming `path`."""
@@ -124,7 +122,7 @@ def write_run(run_dir: Path, result: RunResult, config: Mapping[str, Any],
                 result.write_table(name, handle.name, lands_at=target)
             else:
                 getattr(result, name).to_parquet(handle, index=False)
-    add_phases(result, write=time.perf_counter() - start)
+    add_phases(result.host_timing, write=time.perf_counter() - start)
     write_json(run_dir / "host_timing.json", host_timing_record(result, measured))
     write_json(run_dir / "summary.json", result.summary)
     written = [f"{name}.parquet" for name in RUN_TABLES] + ["summary.json"]

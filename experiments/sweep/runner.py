@@ -41,7 +41,7 @@ from sim.engine.simulate import RunResult
 from sim.metrics.summary import instance_settings
 from sim.util.errors import ConfigError, TraceError
 
-STEPS_FILE = ".{}.steps-{}.parquet"  # <run>, <pid>: streamed steps, in the sweep's steps dir
+STREAMED_FILE = ".{}.{}-{}.parquet"  # <run>, <table>, <pid>: streamed, in the sweep's steps dir
 STREAMED = ("steps", "records", "events")  # tables an inline run streams to files there
 
 
@@ -153,8 +153,8 @@ def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
     num_requests = 0
     digest = None
     paths = {} if steps_dir is None else {
-        f"{table}_path": steps_dir / STEPS_FILE.format(spec.name, os.getpid()).replace(
-            ".steps-", f".{table}-") for table in STREAMED}
+        f"{table}_path": steps_dir / STREAMED_FILE.format(spec.name, table, os.getpid())
+        for table in STREAMED}
     try:
         key = id(cfg)
         if key not in _BASE_TRACES:
@@ -168,7 +168,7 @@ def simulate_run(cfg: ExperimentConfig, spec: RunSpec,
                                         "max_requests)")
         workload_s = time.perf_counter() - start
         result = _simulate(cfg, spec, trace, on_done, paths)
-        add_phases(result, workload=workload_s)
+        add_phases(result.host_timing, workload=workload_s)
         if WORKLOAD_NOTE in trace.attrs:  # a cap that bound while generating the workload
             result.summary[WORKLOAD_NOTE] = trace.attrs[WORKLOAD_NOTE]
         return RunOutput(spec, result, num_requests, time.perf_counter() - start,

@@ -33,7 +33,7 @@ def add_summaries(cfg: ExperimentConfig, entry: PolicyEntry, cluster: Any,
     result.summary.update(steady_metrics(
         result.record_frame(STEADY_COLUMNS + (SLO_COLUMNS if cfg.slo is not None else ())),
         result.summary, cfg.slo))
-    add_phases(result, summarise=time.perf_counter() - start)
+    add_phases(result.host_timing, summarise=time.perf_counter() - start)
 
 
 def per_class(cfg: ExperimentConfig, entry: PolicyEntry, result: RunResult) -> None:

@@ -25,8 +25,8 @@ class CachedBlocks(DeadRuns):
     @property
     def num_cached_blocks(self) -> int:
         """Blocks registered under a content key (in use or evictable)."""
-        return len(self._key_of) + self.num_run_blocks + sum([self._num_keyed[rid] - lo
-                                                              for rid, (_, lo) in self._lazy.items()])
+        lazy = sum([self._num_keyed[rid] - lo for rid, (_, lo) in self._lazy.items()])
+        return len(self._key_of) + self.num_run_blocks + lazy
 
     # ---- lookups ----------------------------------------------------------------------------
     def find_cached_prefix(self, keys: Sequence[BlockKey]) -> list[int]:

@@ -16,7 +16,6 @@ place, which changes nothing later: no lookup can reach a dead key.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
 
 from sim.memory.block_state import BlockKey, BlockState
 
@@ -35,11 +34,12 @@ class DeadRun:
 class DeadRuns(BlockState):
     """LRU entries that stand for a run of blocks (a mix-in of BlockManager)."""
 
-    def _park_dead(self, blocks: list[int], keys: Sequence[BlockKey]) -> None:
-        """Queue `blocks` (LRU order, keyed by `keys`) as one evictable run."""
+    def _park_dead(self, blocks: list[int], keys: list[BlockKey]) -> None:
+        """Queue `blocks` (LRU order, keyed by `keys`; both lists now the run's) as one
+        evictable run."""
         self._num_runs += 1
         self._run_extra += len(blocks) - 1
-        self._evictable[-self._num_runs_made - 1] = DeadRun(blocks, list(keys))  # type: ignore[assignment]
+        self._evictable[-self._num_runs_made - 1] = DeadRun(blocks, keys)  # type: ignore
         self._num_runs_made += 1
 
     def _evict(self, n: int) -> list[int]:
