@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from experiments.bench.peaks import peak_buckets
 from experiments.bench.vllm_bench import (BenchOptions, bench_keys, bench_result, latency_stats,
-                                    parse_options, peak_buckets)
+                                    parse_options)
 from experiments.run import main as run_main
 from experiments.run import parse_args
 from sim.metrics.summary import weighted_std

@@ -90,9 +90,9 @@ def synthetic_trace(cfg: SyntheticConfig, seed: int) -> pd.DataFrame:
     else:
         times = arrivals_until(cfg.rate_per_s, cfg.duration_s, cv=cfg.cv, rng=rng,
                                max_n=cfg.num_requests, process=process)
-    df = pd.DataFrame({
-        "arrival_s": times,
-        "prompt_tokens": cfg.prompt.sample(times.size, rng),
-        "output_tokens": cfg.output.sample(times.size, rng),
-    })
+    prompt = cfg.prompt.sample(times.size, rng)
+    output = cfg.output.sample(times.size, rng)
+    df = pd.DataFrame({"arrival_s": times, "prompt_tokens": prompt, "output_tokens": output},
+                      copy=False)
+    del times, prompt, output  # the frame holds the only copy while it is validated
     return validate_trace(df, f"synthetic(seed={seed})")

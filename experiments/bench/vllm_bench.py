@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.bench.peaks import COLUMNS as PEAK_TIMES
-from experiments.bench.peaks import peak_buckets
+from experiments.bench.peaks import Chunks, peaks_of, times_of
 from experiments.files.outdir import run_dir as run_path
 from experiments.report.results import write_json
 from sim.metrics.summary import ITL_PERCENTILES
@@ -191,14 +191,14 @@ def bench_result(records: pd.DataFrame | RecordColumns, summary: Mapping[str, An
     """bench.json's content for one run: `run` is config.json's run section (label, rate,
     num_requests, cluster), `workload` the experiment's workload section."""
     col = RecordColumns(records)
-    finished = col["status"] == "finished"
+    finished = col.isin("status", ("finished",))
     num_done = int(finished.sum())
     duration = float(summary.get("duration_s") or 0.0)
     cluster, workload = run.get("cluster") or {}, workload or {}
     prompt = int(col["prompt_tokens"][finished].sum())
     output = int(col["output_tokens"][finished].sum())
     per_s = (lambda x: x / duration) if duration > 0 else (lambda x: None)
-    peak_tokens, peak_requests = peak_buckets(done_frame(col, finished, PEAK_COLUMNS))
+    peak_tokens, peak_requests = peaks_of(finished_chunks(col))
     backend = f"servesim-{cluster.get('backend', 'sim')}"
     out: dict[str, Any] = {
         "date": (date or BENCH_DATE).strftime("%Y%m%d-%H%M%S"),
@@ -209,7 +209,7 @@ def bench_result(records: pd.DataFrame | RecordColumns, summary: Mapping[str, An
         "burstiness": workload.get("burstiness", 1.0),
         "max_concurrency": workload.get("max_concurrency"),
         "duration": duration, "completed": num_done,
-        "failed": int(col["status"].isin(("rejected", "failed", "cancelled")).sum()),
+        "failed": int(col.isin("status", ("rejected", "failed", "cancelled")).sum()),
         "total_input_tokens": prompt, "total_output_tokens": output,
         "request_throughput": per_s(num_done),
         "request_goodput": per_s(good_requests(
@@ -227,7 +227,16 @@ def bench_result(records: pd.DataFrame | RecordColumns, summary: Mapping[str, An
     return out
 
 
-def done_frame(col: RecordColumns, finished: pd.Series, names: Sequence[str]) -> pd.DataFrame:
+def finished_chunks(col: RecordColumns) -> Chunks:
+    """The finished requests' PEAK_COLUMNS, a batch of the records at a time."""
+    def chunks():
+        for part in col.batches((*PEAK_COLUMNS, "status")):
+            done = part[part["status"] == "finished"]
+            yield times_of(done, done.index.to_numpy())
+    return chunks
+
+
+def done_frame(col: RecordColumns, finished: np.ndarray, names: Sequence[str]) -> pd.DataFrame:
     """The finished requests' columns `names` (those the records have, read one at a time),
     as a frame."""
     return pd.DataFrame({name: col[name][finished] for name in dict.fromkeys(names)

@@ -17,16 +17,19 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from sim.metrics.measured_slo import measured_slo_summary
-from sim.metrics.slo import SLO
-from sim.metrics.steady import SteadyRule, steady_summary
+from sim.metrics.slo import SLO, SLO_COLUMNS
+from sim.metrics.steady import STEADY_COLUMNS, SteadyRule, steady_summary
+from sim.records.record_file import RecordColumns, record_frame
 
 
-def steady_metrics(records: pd.DataFrame, summary: Mapping[str, Any], slo: SLO | None,
-                   rule: SteadyRule = SteadyRule()) -> dict[str, Any]:
-    """The steady-state keys of a run's summary (module docstring)."""
+def steady_metrics(records: pd.DataFrame | RecordColumns, summary: Mapping[str, Any],
+                   slo: SLO | None, rule: SteadyRule = SteadyRule()) -> dict[str, Any]:
+    """The steady-state keys of a run's summary (module docstring); `records` is the frame or
+    its columns (the SLO's, with one, read as a frame)."""
     out = steady_summary(records, rule)
     if slo is not None:
-        out.update(measured_slo_summary(records, summary, slo, rule))
+        frame = record_frame(records, STEADY_COLUMNS + SLO_COLUMNS)
+        out.update(measured_slo_summary(frame, summary, slo, rule))
     return out
 
 

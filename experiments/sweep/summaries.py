@@ -16,7 +16,6 @@ from sim.engine.simulate import RunResult
 from sim.metrics.class_metrics import (CLASS_RECORD_COLUMNS, class_labels, class_slo_summary,
                                        has_classes)
 from sim.metrics.slo import SLO_COLUMNS, slo_summary
-from sim.metrics.steady import STEADY_COLUMNS
 
 
 def add_summaries(cfg: ExperimentConfig, entry: PolicyEntry, cluster: Any,
@@ -30,9 +29,7 @@ def add_summaries(cfg: ExperimentConfig, entry: PolicyEntry, cluster: Any,
         result.summary.update(slo_summary(result.record_frame(SLO_COLUMNS), result.summary,
                                           cfg.slo))
     per_class(cfg, entry, result)
-    result.summary.update(steady_metrics(
-        result.record_frame(STEADY_COLUMNS + (SLO_COLUMNS if cfg.slo is not None else ())),
-        result.summary, cfg.slo))
+    result.summary.update(steady_metrics(result.record_columns(), result.summary, cfg.slo))
     add_phases(result.host_timing, summarise=time.perf_counter() - start)
 
 

@@ -38,6 +38,9 @@ from sim.cost.stage_params import StageParams
 from sim.hardware.gpus import dense_peak_flops
 
 
+CACHE_ENTRIES = 1 << 16  # memoised dense-layer and fixed-cost entries kept at most
+
+
 class StageCostModel:
     """Per-stage and per-iteration seconds of a deployment (see the module docstring)."""
 
@@ -46,7 +49,7 @@ class StageCostModel:
                  "_ar_fixed", "_ar_spb", "_ar_ll_fixed", "_ar_ll_spb", "_launch_floor",
                  "_overlap", "_hidden_bytes", "_lm_gemm", "_emb_spt", "_norm_spt",
                  "_vocab_bytes", "_moe", "_decode_cache", "_sampler_spr", "_scores",
-                 "_ar_per_layer")
+                 "_ar_per_layer", "_dense_cache", "_fixed_cache")
 
     def __init__(self, deployment: DeploymentSpec, params: StageParams,
                  score_buffer: ScoreBuffer | None = None) -> None:
@@ -93,6 +96,8 @@ class StageCostModel:
         self._sampler_spr = (p.sampler_per_seq_s + p.sampler_logit_passes * m.vocab_size
                              * LOGIT_BYTES * inv_bw / p.add_eff)  # s per sampled row
         self._decode_cache: dict[int, tuple[float, ...]] = {}  # decode terms by batch size
+        self._dense_cache: dict[int, float] = {}  # dense_layer_s by token count (seconds)
+        self._fixed_cache: dict[tuple[int, int], float] = {}  # gpu_fixed_s by (seqs, sampled)
         self._ar_per_layer = float(m.allreduces_per_layer)  # all-reduces per layer at TP > 1
         self._moe: MoEStageTerms | None = None  # the layers of an MoE / MLA model
         if m.moe is not None or m.mla is not None:
@@ -147,6 +152,9 @@ class StageCostModel:
     # ---- the StageTimes protocol ------------------------------------------------------------
     def dense_layer_s(self, num_tokens: int) -> float:
         """One layer outside attention at num_tokens tokens (4 GEMMs + 5 small kernels)."""
+        t = self._dense_cache.get(num_tokens)
+        if t is not None:
+            return t
         if num_tokens <= 0:
             return 0.0
         if self._moe is not None:  # MoE / MLA: the mean over layers (sim/cost/moe_stage.py)
@@ -154,6 +162,10 @@ class StageCostModel:
         t = self._small_fixed + self._small_spt * num_tokens
         for gemm in self._gemms:
             t += self._gemm_s(gemm, num_tokens)
+        if type(num_tokens) is int:  # the same float for the same count (bounded: a step's)
+            if len(self._dense_cache) >= CACHE_ENTRIES:
+                self._dense_cache.clear()
+            self._dense_cache[num_tokens] = t
         return t
 
     def attn_prefill_layer_s(self, chunk_tokens: float, context_tokens: float) -> float:
@@ -187,6 +199,19 @@ class StageCostModel:
     def gpu_fixed_s(self, num_seqs: int, num_sampled: int) -> float:
         """Embedding and final norm (charged at num_seqs tokens), lm_head + logits gather +
         sampler for num_sampled sequences."""
+        key = (num_seqs, num_sampled)
+        t = self._fixed_cache.get(key)
+        if t is not None:
+            return t
+        t = self._gpu_fixed_s(num_seqs, num_sampled)
+        if type(num_seqs) is int and type(num_sampled) is int:
+            if len(self._fixed_cache) >= CACHE_ENTRIES:
+                self._fixed_cache.clear()
+            self._fixed_cache[key] = t
+        return t
+
+    def _gpu_fixed_s(self, num_seqs: int, num_sampled: int) -> float:
+        """`gpu_fixed_s`, computed."""
         p, t = self.params, 0.0
         if num_seqs > 0:
             t += 2 * p.small_fixed_s + (self._emb_spt + self._norm_spt) * num_seqs

@@ -99,8 +99,7 @@ def summarize(records: pd.DataFrame | Path, recorder: Recorder,
     """Run-level metrics (vLLM benchmark names) and per-instance aggregates; `records` is the
     records frame or its parquet file (read a column at a time: sim/records/record_file.py)."""
     col = RecordColumns(records)
-    status = col["status"]
-    finished = status == "finished"
+    finished = col.isin("status", ("finished",))  # bools: no string a request
     num_done = int(finished.sum())
     end = np.nanmax(col["finish_s"].to_numpy()) if len(col) else 0.0
     duration = float(end - col["arrival_s"].min()) if len(col) else 0.0
@@ -109,10 +108,10 @@ def summarize(records: pd.DataFrame | Path, recorder: Recorder,
     useful_output = int(col["output_tokens"][finished].sum())
     out: dict[str, float] = {
         "num_requests": len(col), "completed": num_done,
-        "rejected": int((status == "rejected").sum()),
-        "failed": int((status == "failed").sum()),
+        "rejected": int(col.isin("status", ("rejected",)).sum()),
+        "failed": int(col.isin("status", ("failed",)).sum()),
         **cancelled_count(col),
-        "num_length_capped": int((col["finish_reason"] == "length").sum()),
+        "num_length_capped": int(col.isin("finish_reason", ("length",)).sum()),
         "num_oom_events": recorder.num_oom_events,
         "num_preemptions": int(col["num_preemptions"].sum()),
         "duration_s": duration,
@@ -125,7 +124,6 @@ def summarize(records: pd.DataFrame | Path, recorder: Recorder,
         "num_padding_tokens": int(col["num_padding_tokens"].sum()),
         "num_recomputed_tokens": int(col["num_recomputed_tokens"].sum()),
     }
-    del status
     for name in ("e2e", "ttft", "tpot", "queueing", "normalized_latency"):
         _describe(f"{name}_s", col[f"{name}_s"][finished], out)
     out.update(itl_summary(recorder))
@@ -171,7 +169,7 @@ def cancelled_count(records: pd.DataFrame | RecordColumns) -> dict[str, int]:
     """{'cancelled': N} when the workload has client timeouts (its records have `timeout_s`)
     or anything was cancelled; {} otherwise, so other runs' summaries are unchanged."""
     col = RecordColumns(records)
-    n = int((col["status"] == "cancelled").sum())
+    n = int(col.isin("status", ("cancelled",)).sum())
     return {"cancelled": n} if n or "timeout_s" in col else {}
 
 

@@ -10,11 +10,13 @@ and dtypes read back are the frame's (parquet keeps both), so every figure is th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator, Sequence
 
+import numpy as np
 import pandas as pd
 
 Source = pd.DataFrame | Path  # a records frame, or the path of its parquet file
+BATCH_ROWS = 2**18  # rows read at once by `batches` and `isin`
 
 
 class RecordColumns:
@@ -64,6 +66,40 @@ class RecordColumns:
         if isinstance(self.source, pd.DataFrame):
             return self.source
         return _read(self.source, [n for n in dict.fromkeys(names) if n in self.names])
+
+    def batches(self, names: Iterable[str], rows: int = BATCH_ROWS) -> Iterator[pd.DataFrame]:
+        """Those of `names` the records have, `rows` rows at a time, in order (each batch's
+        index is its row positions): memory bounded by a batch whatever the run's size."""
+        names = [n for n in dict.fromkeys(names) if n in self.names]
+        if isinstance(self.source, pd.DataFrame):
+            for i in range(0, len(self.source), rows):
+                part = self.source[names].iloc[i:i + rows]
+                yield part.set_axis(pd.RangeIndex(i, i + len(part)))
+            return
+        import pyarrow.parquet as pq
+
+        i = 0
+        for batch in pq.ParquetFile(self.source).iter_batches(batch_size=rows, columns=names):
+            part = batch.to_pandas()
+            yield part.set_axis(pd.RangeIndex(i, i + len(part)))
+            i += len(part)
+
+    def isin(self, name: str, values: Sequence[str]) -> np.ndarray:
+        """`self[name].isin(values)` as a bool array, the column compared a batch at a time
+        (a file's strings compared in arrow: no Python string a row)."""
+        if isinstance(self.source, pd.DataFrame):
+            return self.source[name].isin(values).to_numpy(dtype=bool)
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        if not len(self):
+            return np.zeros(0, dtype=bool)
+        wanted = pa.array(list(values), type=pa.string())
+        parts = [pc.is_in(batch.column(0), value_set=wanted).to_numpy(zero_copy_only=False)
+                 for batch in pq.ParquetFile(self.source).iter_batches(
+                     batch_size=BATCH_ROWS, columns=[name])]
+        return np.concatenate(parts).astype(bool, copy=False)
 
 
 def _read(path: Path, names: list[str]) -> pd.DataFrame:

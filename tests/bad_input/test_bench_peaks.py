@@ -3,7 +3,7 @@
 Before: `peak_buckets` allocated one int64 per second of the run's span and several arrays of
 one entry per output token: a valid 28-year trace simulated, then died asking for 6.6 GiB per
 array when bench.json was written. Now the peaks are a sweep (experiments/bench/peaks.py) whose
-arrays are bounded by WINDOW_BUCKETS and CHUNK_TOKENS whatever the span and token count; the
+arrays are bounded by WINDOW_BUCKETS and CHUNK_UNITS whatever the span and token count; the
 allocation bound is asserted with tracemalloc (numpy reports each array buffer to it), and the
 numbers are checked against the former whole-span computation, kept here as the reference.
 """
@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from experiments.bench.peaks import CHUNK_TOKENS, WINDOW_BUCKETS, peak_buckets
+from experiments.bench.peaks import CHUNK_UNITS, WINDOW_BUCKETS, peak_buckets
 from experiments.bench.vllm_bench import BenchOptions, write_bench
 from experiments.run import main
 from policies.simulate import simulate
@@ -28,8 +28,9 @@ from sim.cluster.spec import ClusterSpec, build_executors
 from traces.synthetic import SyntheticConfig, synthetic_trace
 
 YEAR_S = 365.25 * 86400  # seconds per Julian year
-# bytes the sweep may allocate at once: its window, a dozen chunk-long arrays, 1 MiB of the rest
-ALLOCATION_BOUND = 8 * (WINDOW_BUCKETS + 12 * CHUNK_TOKENS) + 2**20
+# bytes the sweep may allocate at once: a few window-long and a dozen chunk-long arrays, 1 MiB
+# of the rest (the records here are a few rows)
+ALLOCATION_BOUND = 8 * (4 * WINDOW_BUCKETS + 16 * CHUNK_UNITS) + 2**20
 
 
 def dense_reference(done: pd.DataFrame) -> tuple[float, int]:
@@ -108,7 +109,7 @@ def test_peaks_equal_the_whole_span_count_on_simulated_runs(policy, params):
     res = simulate(trace, policy, params, build_executors(ClusterSpec()))
     done = res.records[res.records["status"] == "finished"]
     want = dense_reference(done)
-    for window, chunk in ((WINDOW_BUCKETS, CHUNK_TOKENS), (1, 1), (7, 333)):
+    for window, chunk in ((WINDOW_BUCKETS, CHUNK_UNITS), (1, 1), (7, 333)):
         got = peak_buckets(done, window, chunk)
         assert got == want and type(got[0]) is float and type(got[1]) is int
 
@@ -145,6 +146,17 @@ def test_millions_of_tokens_are_counted_in_bounded_memory():
     (tokens, active), peak = allocated_peak(lambda: peak_buckets(done))
     assert (tokens, active) == (6_000_000.0, 2)  # all at 0.25 s, then all at 1.0 s
     assert peak < ALLOCATION_BOUND  # the per-token arrays took 8 bytes x 1.3e7, several times
+
+
+def test_a_request_spanning_ages_costs_its_tokens_not_its_span():
+    # two tokens 2**50 s apart, beside short requests: only the windows holding an arrival or a
+    # token are counted (each window is a pass over the records)
+    done = pd.DataFrame({"arrival_s": [0.0, 0.2, 2.0**49],
+                         "first_token_s": [0.5, 0.7, 2.0**49 + 1],
+                         "finish_s": [2.0**50, 1.7, 2.0**49 + 9], "output_tokens": [2, 30, 3]})
+    (tokens, active), peak = allocated_peak(lambda: peak_buckets(done))
+    assert (tokens, active) == sparse_reference(done) == (21.0, 2)
+    assert peak < ALLOCATION_BOUND
 
 
 def test_records_with_impossible_times_are_named():
