@@ -103,7 +103,8 @@ def summarize(records: pd.DataFrame | Path, recorder: Recorder,
     num_done = int(finished.sum())
     end = np.nanmax(col["finish_s"].to_numpy()) if len(col) else 0.0
     duration = float(end - col["arrival_s"].min()) if len(col) else 0.0
-    computed = column_sum(recorder.step_log.column("num_computed_tokens"))
+    computed = sum(column_sum(part) for part in  # a part at a time: the steps spill to disk
+                   recorder.step_log.column_parts("num_computed_tokens"))
     useful_prompt = int(col["prompt_tokens"][finished].sum())
     useful_output = int(col["output_tokens"][finished].sum())
     out: dict[str, float] = {

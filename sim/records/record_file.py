@@ -83,6 +83,7 @@ class RecordColumns:
             part = batch.to_pandas()
             yield part.set_axis(pd.RangeIndex(i, i + len(part)))
             i += len(part)
+        _release()
 
     def isin(self, name: str, values: Sequence[str]) -> np.ndarray:
         """`self[name].isin(values)` as a bool array, the column compared a batch at a time
@@ -99,14 +100,26 @@ class RecordColumns:
         parts = [pc.is_in(batch.column(0), value_set=wanted).to_numpy(zero_copy_only=False)
                  for batch in pq.ParquetFile(self.source).iter_batches(
                      batch_size=BATCH_ROWS, columns=[name])]
+        _release()
         return np.concatenate(parts).astype(bool, copy=False)
 
 
 def _read(path: Path, names: list[str]) -> pd.DataFrame:
     """Columns `names` of the parquet file, as `pd.read_parquet` gives them, each arrow
-    column freed as it is converted (no second copy of the columns read)."""
-    return pd.read_parquet(path, columns=names,
-                           to_pandas_kwargs={"self_destruct": True, "split_blocks": True})
+    column freed as it is converted (no second copy of the columns read), and the freed
+    arrow memory handed back (`_release`)."""
+    frame = pd.read_parquet(path, columns=names,
+                            to_pandas_kwargs={"self_destruct": True, "split_blocks": True})
+    _release()
+    return frame
+
+
+def _release() -> None:
+    """Hand arrow's freed buffers back to the system: its allocator keeps them otherwise, so
+    every column read after a run would add its size to the process's resident memory."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
 
 
 def record_frame(source: Source | RecordColumns, names: Iterable[str]) -> pd.DataFrame:

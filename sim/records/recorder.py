@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,7 @@ from sim.records.column_spool import ColumnSpool
 from sim.records.event_log import events_frame, spool_events, write_events
 from sim.records.gap_store import GapFile
 from sim.records.record_log import RecordLog
-from sim.records.step_store import StepStore, write_parquet
+from sim.records.step_store import ROW_GROUP, StepStore, write_parquet
 
 STEP_COLUMNS = ("instance_id", "start_s", "duration_s", "num_iterations", "num_seqs",
                 "num_new_tokens", "num_context_tokens", "num_computed_tokens", "kv_tokens",
@@ -198,6 +199,19 @@ class StepLog:
         if not folded:
             return tail
         return np.concatenate(folded + ([np.asarray(tail)] if tail else []))
+
+    def column_parts(self, name: str, rows: int = ROW_GROUP) -> Iterator[np.ndarray | list]:
+        """`column(name)` in row order, at most `rows` rows a part once spilled (bounded
+        memory), else the in-memory parts as they are."""
+        if self.store is not None:
+            for start in range(0, self.store.num_rows, rows):
+                yield self.store.read(name, start, min(start + rows, self.store.num_rows))
+        else:
+            yield from self._arrays[name]
+        i = STEP_COLUMNS.index(name)
+        tail = [row[i] for row in self._rows]
+        if tail:
+            yield tail
 
     def as_dict(self) -> dict[str, np.ndarray | list]:
         return {c: self.column(c) for c in STEP_COLUMNS}

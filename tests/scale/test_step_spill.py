@@ -41,6 +41,11 @@ def test_spilled_log_is_exact(tmp_path_factory, rows: list, fold: int, spill: in
             a, b = kept.column(name), spilled.column(name)
             assert np.asarray(a).dtype == np.asarray(b).dtype
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+            for log in (kept, spilled):  # the column a part at a time, in row order
+                parts = list(log.column_parts(name, rows=group))
+                assert [v for part in parts for v in list(part)] == list(np.asarray(a).tolist())
+                if log.store is not None:
+                    assert all(len(part) <= max(group, fold) for part in parts)
         assert spilled.frame().equals(kept.frame())
         # bytes as the whole frame's to_parquet, with row groups of `group` rows on both sides
         frame = kept.frame()
