@@ -143,12 +143,13 @@ def compiled_active() -> bool:
 
 
 def ensure_compiled() -> None:
-    """Build the compiled hot modules into .compiled unless a current build is there."""
-    from sim.compiled import DEFAULT_DIR, CompiledBuildError, check_build
+    """Build the compiled hot modules into .compiled unless a current build is there (every
+    package holding one of them checked, sub-packages included)."""
+    from sim.compiled import DEFAULT_DIR, MODULES, CompiledBuildError, check_build
 
     try:
-        for package in ("sim", "policies"):
-            check_build(DEFAULT_DIR, package, ROOT / package)
+        for package in sorted({name.rpartition(".")[0] for name in MODULES}):
+            check_build(DEFAULT_DIR, package, ROOT.joinpath(*package.split(".")))
     except CompiledBuildError as why:
         print(f"building the compiled hot modules ({why})", flush=True)
         subprocess.run([sys.executable, str(ROOT / "scripts" / "compile.py")], check=True)
