@@ -32,6 +32,23 @@ class Eager(BlockManager):
     lazy_private_keys = False  # every key registered as computed
 
 
+def lazy_and_eager(num_blocks: int) -> tuple[BlockManager, Eager]:
+    """A manager that registers private keys on release and one that registers them all as
+    computed, both with caching and blocks of 4 tokens."""
+    return (BlockManager(num_blocks, 4, enable_caching=True),
+            Eager(num_blocks, 4, enable_caching=True))
+
+
+def allocate_computed(managers: tuple[BlockManager, ...], rid: int, num_tokens: int,
+                      num_computed: int, num_keys: int) -> None:
+    """Request `rid` holding `num_tokens` tokens, its first `num_computed` computed and their
+    full blocks cached under its first `num_keys` private keys, on each manager."""
+    r = Req(rid, num_computed_tokens=num_computed)
+    for bm in managers:
+        bm.allocate(rid, num_tokens)
+        bm.cache_computed([r], lambda _: private(rid, num_keys))
+
+
 def state(bm: BlockManager) -> tuple:
     """Everything that decides later allocations, hits and evictions."""
     bm.register_lazy_keys()
@@ -61,11 +78,8 @@ def test_grow_to_held_takes_blocks_as_appends_in_order():
 
 
 def test_unpreempted_private_keys_register_when_released():
-    lazy, eager = BlockManager(6, 4, enable_caching=True), Eager(6, 4, enable_caching=True)
-    r = Req(7, num_computed_tokens=12)
-    for bm in (lazy, eager):
-        bm.allocate(7, 14)  # blocks 0-3, the last holding 2 tokens
-        bm.cache_computed([r], lambda _: private(7, 4))
+    lazy, eager = lazy_and_eager(6)
+    allocate_computed((lazy, eager), 7, 14, 12, 4)  # blocks 0-3, the last holding 2 tokens
     assert eager.num_cached_blocks == lazy.num_cached_blocks == 3  # full and computed
     assert not lazy._key_of and len(eager._key_of) == 3  # lazy: not registered yet
     for bm in (lazy, eager):
@@ -86,7 +100,7 @@ def test_a_preempted_request_registers_as_it_computes():
 @pytest.mark.parametrize("seed", [3, 5])
 def test_lazy_and_eager_managers_agree_through_a_random_run(seed: int):
     rng = np.random.default_rng(seed)
-    lazy, eager = BlockManager(60, 4, enable_caching=True), Eager(60, 4, enable_caching=True)
+    lazy, eager = lazy_and_eager(60)
     reqs: dict[int, Req] = {}  # requests holding blocks
     preempted: dict[int, Req] = {}  # released, to come back (a finished one never does)
     shared = [11, 12, 13]  # content keys some requests start with
@@ -142,11 +156,9 @@ def test_lazy_and_eager_managers_agree_through_a_random_run(seed: int):
 
 
 def test_a_finished_requests_private_blocks_park_as_one_run():
-    lazy, eager = BlockManager(8, 4, enable_caching=True), Eager(8, 4, enable_caching=True)
-    r = Req(7, num_computed_tokens=16)
+    lazy, eager = lazy_and_eager(8)
+    allocate_computed((lazy, eager), 7, 18, 16, 4)  # blocks 0-4, the last holding 2 tokens
     for bm in (lazy, eager):
-        bm.allocate(7, 18)  # blocks 0-4, the last holding 2 tokens
-        bm.cache_computed([r], lambda _: private(7, 4))
         bm.free(7, finished=True)  # 3, 2, 1, 0 evictable (one run in `lazy`), 4 free
     assert len(lazy._evictable) == 1 and lazy.num_run_blocks == 4
     assert lazy.num_free_blocks == eager.num_free_blocks == 8
@@ -167,7 +179,7 @@ def test_a_finished_requests_private_blocks_park_as_one_run():
 
 
 def test_a_run_and_single_entries_are_evicted_in_queue_order():
-    lazy, eager = BlockManager(6, 4, enable_caching=True), Eager(6, 4, enable_caching=True)
+    lazy, eager = lazy_and_eager(6)
     for bm in (lazy, eager):
         bm.allocate(1, 8, keys=[11])  # block 0 keyed by content, 1 private
         bm.cache_full_blocks(1, [11], 4)

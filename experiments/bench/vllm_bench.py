@@ -192,6 +192,7 @@ def bench_result(records: pd.DataFrame | RecordColumns, summary: Mapping[str, An
     num_requests, cluster), `workload` the experiment's workload section."""
     col = RecordColumns(records)
     finished = col.isin("status", ("finished",))
+    statuses = col.value_counts("status")  # requests in each final state
     num_done = int(finished.sum())
     duration = float(summary.get("duration_s") or 0.0)
     cluster, workload = run.get("cluster") or {}, workload or {}
@@ -209,7 +210,7 @@ def bench_result(records: pd.DataFrame | RecordColumns, summary: Mapping[str, An
         "burstiness": workload.get("burstiness", 1.0),
         "max_concurrency": workload.get("max_concurrency"),
         "duration": duration, "completed": num_done,
-        "failed": int(col.isin("status", ("rejected", "failed", "cancelled")).sum()),
+        "failed": sum(statuses.get(s, 0) for s in ("rejected", "failed", "cancelled")),
         "total_input_tokens": prompt, "total_output_tokens": output,
         "request_throughput": per_s(num_done),
         "request_goodput": per_s(good_requests(

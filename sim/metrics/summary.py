@@ -100,6 +100,7 @@ def summarize(records: pd.DataFrame | Path, recorder: Recorder,
     records frame or its parquet file (read a column at a time: sim/records/record_file.py)."""
     col = RecordColumns(records)
     finished = col.isin("status", ("finished",))  # bools: no string a request
+    statuses = col.value_counts("status")  # requests in each final state
     num_done = int(finished.sum())
     end = np.nanmax(col["finish_s"].to_numpy()) if len(col) else 0.0
     duration = float(end - col["arrival_s"].min()) if len(col) else 0.0
@@ -109,9 +110,9 @@ def summarize(records: pd.DataFrame | Path, recorder: Recorder,
     useful_output = int(col["output_tokens"][finished].sum())
     out: dict[str, float] = {
         "num_requests": len(col), "completed": num_done,
-        "rejected": int(col.isin("status", ("rejected",)).sum()),
-        "failed": int(col.isin("status", ("failed",)).sum()),
-        **cancelled_count(col),
+        "rejected": statuses.get("rejected", 0),
+        "failed": statuses.get("failed", 0),
+        **cancelled_count(col, statuses),
         "num_length_capped": int(col.isin("finish_reason", ("length",)).sum()),
         "num_oom_events": recorder.num_oom_events,
         "num_preemptions": int(col["num_preemptions"].sum()),
@@ -166,11 +167,13 @@ def column_sum(values: np.ndarray | list) -> int:
     return int(sum(values.tolist() if isinstance(values, np.ndarray) else values))
 
 
-def cancelled_count(records: pd.DataFrame | RecordColumns) -> dict[str, int]:
+def cancelled_count(records: pd.DataFrame | RecordColumns,
+                    statuses: dict[str, int] | None = None) -> dict[str, int]:
     """{'cancelled': N} when the workload has client timeouts (its records have `timeout_s`)
-    or anything was cancelled; {} otherwise, so other runs' summaries are unchanged."""
+    or anything was cancelled; {} otherwise, so other runs' summaries are unchanged.
+    `statuses`: the records' `value_counts("status")`, when the caller has them."""
     col = RecordColumns(records)
-    n = int(col.isin("status", ("cancelled",)).sum())
+    n = (col.value_counts("status") if statuses is None else statuses).get("cancelled", 0)
     return {"cancelled": n} if n or "timeout_s" in col else {}
 
 

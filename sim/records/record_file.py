@@ -85,6 +85,23 @@ class RecordColumns:
             i += len(part)
         _release()
 
+    def value_counts(self, name: str) -> dict[str, int]:
+        """Rows holding each value of string column `name` (nulls not counted), in one pass a
+        batch at a time: every `isin(name, (v,)).sum()` at once."""
+        if isinstance(self.source, pd.DataFrame):
+            return {str(k): int(n) for k, n in self.source[name].value_counts().items()}
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        counts: dict[str, int] = {}
+        for batch in pq.ParquetFile(self.source).iter_batches(batch_size=BATCH_ROWS,
+                                                              columns=[name]):
+            for item in pc.value_counts(batch.column(0)).to_pylist():
+                if item["values"] is not None:
+                    counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+        _release()
+        return counts
+
     def isin(self, name: str, values: Sequence[str]) -> np.ndarray:
         """`self[name].isin(values)` as a bool array, the column compared a batch at a time
         (a file's strings compared in arrow: no Python string a row)."""

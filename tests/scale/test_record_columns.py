@@ -42,6 +42,8 @@ def test_batches_and_isin_equal_the_frame(run_records, rows, monkeypatch):
             want = frame["status"].isin(values).to_numpy()
             mask = col.isin("status", values)
             assert mask.dtype == bool and np.array_equal(mask, want)
+        want_counts = frame["status"].value_counts()
+        assert col.value_counts("status") == {str(k): int(n) for k, n in want_counts.items()}
 
 
 def test_peaks_from_the_file_equal_the_frame(run_records):
