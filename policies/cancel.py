@@ -19,7 +19,7 @@ def cancel_paged(policy: Any, r: Request) -> None:
     if r.status is RequestStatus.RUNNING:
         s = policy.state[r.instance_id]
         s.running.remove(r)
-        s.blocks.free(r.request_id)
+        s.blocks.free(r.request_id, num_computed_tokens=r.num_computed_tokens)
     else:
         waiting = [s.waiting for s in policy.state if r in s.waiting]
         if not waiting:

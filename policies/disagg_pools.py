@@ -160,9 +160,12 @@ def build_pool(name: str, params: Mapping[str, Any], infos: Sequence[InstanceInf
     where = f"{field}_params"
     local = [dataclasses.replace(info, instance_id=i) for i, info in enumerate(infos)]
     try:
-        return cls(make_config(cls, pool_params(name, params, where, decode), where=where),
+        pool = cls(make_config(cls, pool_params(name, params, where, decode), where=where),
                    local, recorder, rng)
     except ConfigError as err:
         if err.field == where or err.field.startswith(f"{where}."):
             raise
         raise ConfigError(f"{where}.{err.field}", err.value, err.reason) from None
+    if getattr(pool, "private_blocks", False):  # `vllm`: block tables, for hold_prompt_kv
+        pool.use_block_tables()  # looks up the keys of the stand-in that just finished
+    return pool

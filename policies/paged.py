@@ -198,7 +198,7 @@ class PagedPolicy(PagedSteps, PrefixJumps, Policy):
         if s.swap is not None and swap_out(s, victim, now, self.recorder):
             return
         s.running.remove(victim)
-        s.blocks.free(victim.request_id)
+        s.blocks.free(victim.request_id, num_computed_tokens=victim.num_computed_tokens)
         self.recorder.event(now, "preempt", victim.request_id,
                             f"instance {victim.instance_id}: recompute "
                             f"{victim.num_computed_tokens} tokens")
@@ -281,7 +281,7 @@ class PagedPolicy(PagedSteps, PrefixJumps, Policy):
                 r.fail(now, "outgrew the whole KV cache")
                 done.append(r)
         for r in done:
-            s.blocks.free(r.request_id, finished=True)
+            s.blocks.free(r.request_id, finished=True, num_computed_tokens=r.num_computed_tokens)
             s.running.remove(r)
             if self.prefix is not None:
                 self.prefix.forget(r)

@@ -59,6 +59,10 @@ class PrefixCaching:
 
     def lookup_keys(self, r: Request) -> list[BlockKey]:
         """Keys of the full blocks among `r`'s known tokens (what admission looks up)."""
+        if r.block_ids is None and self.own_keys and r.request_id not in self._keys:
+            n = r.num_tokens // self.block_size  # private keys only: those n, not all of them
+            base = r.request_id << 32
+            return [-1 - (base | j) for j in range(n)]
         return self.keys(r)[: r.num_tokens // self.block_size]
 
     def lookup(self, blocks: BlockManager, r: Request) -> list[int]:

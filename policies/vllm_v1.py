@@ -38,6 +38,7 @@ from typing import Any
 
 from sim.core.executor import InstanceInfo, Step
 from sim.core.request import Request
+from sim.memory.block_private import PrivateBlocks
 from sim.util.errors import ConfigError, check_positive
 
 from policies.kv_tier_config import check_v1_offload, resolve_offloading_size
@@ -115,8 +116,29 @@ class VllmV1Policy(OffloadHooks, PagedClasses, PagedPolicy):
             # trace gives content ids): a preempted request finds its own blocks again, and
             # with an offload tier every block is stored
             self.prefix.own_keys = True
+        # while every key is private, the prefix cache without block ids (sim/memory/
+        # block_private.py); block tables from the first request with content ids on
+        self.private_blocks = (self.prefix is not None and self.offload is None
+                               and self.spec is None)
+        if self.private_blocks:
+            for s in self.state:
+                b = s.blocks
+                s.blocks = PrivateBlocks(b.num_total_blocks, b.block_size, self.config.watermark)
         # tokens per step on each instance (its GPU's default unless set)
         self.token_budgets = [self.limits(info).max_num_batched_tokens for info in self.instances]
+
+    def add_request(self, request: Request, now: float) -> bool:
+        if request.block_ids and self.private_blocks:
+            self.use_block_tables()
+        return super().add_request(request, now)
+
+    def use_block_tables(self) -> None:
+        """Give every instance the BlockManager its private-key counts stand for: a request
+        with content ids may share blocks with others, which needs block identity."""
+        self.private_blocks = False
+        for s in self.state:
+            s.blocks = s.blocks.to_block_manager(
+                {r.request_id: r.num_computed_tokens for r in s.running})
 
     def limits(self, info: InstanceInfo) -> BatchLimits:
         """The token budget and sequence cap on the instance `info` describes."""
@@ -237,8 +259,11 @@ class VllmV1Policy(OffloadHooks, PagedClasses, PagedPolicy):
         or a block would be cached in another order than one iteration at a time. `ids`,
         `held`: the decodes' ids and held tokens, when `decodes_fit` gathered them."""
         step = self.decode_step(s, instance_id, decodes, ids, held)
+        if step.num_iterations == 1:
+            return step  # every cap below is at least one iteration
+        # (decode_step's prefix_jump_cap already ended it where the cache order changes: that
+        # cap, taken again at step.num_iterations, is not lower)
         caps = (self.iterations_to_admission_change(s, decodes, budget, step.num_iterations),
-                self.iterations_to_cache_order_change(s, decodes, step.num_iterations),
                 None if self.offload is None else self.offload.jump_cap(decodes))
         cap = min((c for c in caps if c is not None), default=step.num_iterations)
         if cap >= step.num_iterations:

@@ -46,7 +46,7 @@ MODULES = (  # the per-step path of the paged, chunked and iteration-level polic
     "sim.core.step_shape", "sim.cost.stage_times", "sim.cost.moe_cost", "sim.cluster.draft",
     "sim.cost.overhead", "sim.engine.timeouts", "sim.engine.admission", "sim.memory.kv_tiers",
     "sim.memory.kv_moves", "sim.memory.kv_offload", "sim.memory.block_pool",
-    "sim.memory.block_cache", "sim.memory.block_runs",
+    "sim.memory.block_cache", "sim.memory.block_runs", "sim.memory.block_private",
     "policies.base", "policies.routing", "policies.paged", "policies.paged_decode",
     "policies.paged_instance", "policies.paged_prefix_jumps", "policies.prefix_caching",
     "policies.paged_classes", "policies.priority", "policies.speculative", "policies.swap",

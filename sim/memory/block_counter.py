@@ -159,9 +159,10 @@ class CountingBlockManager(BlockPool):
         self.num_used_blocks += need
         return after
 
-    def free(self, request_id: int, finished: bool = False) -> int:
+    def free(self, request_id: int, finished: bool = False,
+             num_computed_tokens: int | None = None) -> int:
         """Release a request's blocks (finished or preempted); returns how many became free
-        (`finished` as BlockManager's: nothing to do with counts)."""
+        (`finished`, `num_computed_tokens` as BlockManager's: nothing to do with counts)."""
         held = self._tokens.pop(request_id, 0)
         n = -(-held // self.block_size)
         self.num_used_blocks -= n

@@ -187,10 +187,13 @@ class BlockManager(CachedBlocks, BatchedBlocks):
         return after
 
     # ---- release ----------------------------------------------------------------------
-    def free(self, request_id: int, finished: bool = False) -> int:
+    def free(self, request_id: int, finished: bool = False,
+             num_computed_tokens: int | None = None) -> int:
         """Release a request's blocks (finished or preempted), tail first; returns how many
         became free (cached ones stay cached, evictable). `finished`: the request never comes
-        back, so its private keys are dead (sim/memory/block_runs.py)."""
+        back, so its private keys are dead (sim/memory/block_runs.py). `num_computed_tokens`
+        (its computed tokens) is for sim/memory/block_private.py: keys here are registered as
+        computed, so it is not needed."""
         table = self._tables.pop(request_id, [])
         self._tokens.pop(request_id, None)
         keyed = self._num_keyed.pop(request_id, None)
