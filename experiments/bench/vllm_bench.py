@@ -55,6 +55,7 @@ from experiments.bench.peaks import Chunks, peaks_of, times_of
 from experiments.files.outdir import run_dir as run_path
 from experiments.report.results import write_json
 from sim.metrics.summary import ITL_PERCENTILES
+from sim.records.column_stats import ColumnStats, array_stats, column_stats
 from sim.records.record_file import RecordColumns
 from sim.util.errors import ConfigError
 
@@ -145,12 +146,17 @@ def bench_keys(options: BenchOptions) -> list[str]:
 def latency_stats(metric: str, values_s: np.ndarray,
                   percentiles: Sequence[float]) -> dict[str, float]:
     """mean/median/std/p<P>_<metric>_ms of latencies in seconds, as vLLM computes them."""
-    x = values_s if len(values_s) else np.zeros(1)  # vLLM: np.mean(values or 0)
-    out = {f"mean_{metric}_ms": float(np.mean(x)) * 1000,
-           f"median_{metric}_ms": float(np.median(x)) * 1000,
-           f"std_{metric}_ms": float(np.std(x)) * 1000}
-    for p in percentiles:
-        out[f"p{percentile_word(p)}_{metric}_ms"] = float(np.percentile(x, p)) * 1000
+    return stats_ms(metric, array_stats(values_s, percentiles), percentiles)
+
+
+def stats_ms(metric: str, stats: ColumnStats, percentiles: Sequence[float]) -> dict[str, float]:
+    """`latency_stats` from a column's statistics (in seconds, at `percentiles`)."""
+    if not stats.count:  # vLLM: np.mean(values or 0)
+        stats = array_stats(np.zeros(1), percentiles)
+    out = {f"mean_{metric}_ms": stats.mean * 1000, f"median_{metric}_ms": stats.median * 1000,
+           f"std_{metric}_ms": stats.std * 1000}
+    for p, value in zip(percentiles, stats.percentiles):
+        out[f"p{percentile_word(p)}_{metric}_ms"] = value * 1000
     return out
 
 
@@ -223,8 +229,8 @@ def bench_result(records: pd.DataFrame | RecordColumns, summary: Mapping[str, An
         if m == "itl":
             out.update(itl_stats(summary, options.metric_percentiles))
         else:
-            values = col[RECORD_LATENCY[m]][finished].dropna().to_numpy(dtype=np.float64)
-            out.update(latency_stats(m, values, options.metric_percentiles))
+            pcts = options.metric_percentiles
+            out.update(stats_ms(m, column_stats(col, RECORD_LATENCY[m], finished, pcts), pcts))
     return out
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 
 from sim.core.request import Request
 from sim.records import gap_stats
+from sim.records.column_stats import ColumnStats, column_stats
 from sim.records.instance_stats import InstanceStats
 from sim.records.record_file import RecordColumns
 from sim.records.record_log import record_columns
@@ -85,13 +86,12 @@ def weighted_std(values: np.ndarray, weights: np.ndarray) -> float:
     return float(np.sqrt(np.average(squares, weights=weights)))
 
 
-def _describe(prefix: str, series: pd.Series, out: dict[str, float]) -> None:
-    x = series.dropna().to_numpy(dtype=np.float64)
-    out[f"mean_{prefix}"] = float(x.mean()) if len(x) else float("nan")
-    out[f"std_{prefix}"] = float(x.std()) if len(x) else float("nan")  # population (ddof 0)
-    for p in PERCENTILES:
-        name = "median" if p == 50 else f"p{p}"
-        out[f"{name}_{prefix}"] = float(np.percentile(x, p)) if len(x) else float("nan")
+def _describe(prefix: str, stats: ColumnStats, out: dict[str, float]) -> None:
+    """mean_, std_ (population), median_ and p<N>_ keys of one latency column (NaN if empty)."""
+    out[f"mean_{prefix}"] = stats.mean
+    out[f"std_{prefix}"] = stats.std
+    for p, value in zip(PERCENTILES, stats.percentiles):
+        out[f"{'median' if p == 50 else f'p{p}'}_{prefix}"] = value
 
 
 def summarize(records: pd.DataFrame | Path, recorder: Recorder,
@@ -127,7 +127,7 @@ def summarize(records: pd.DataFrame | Path, recorder: Recorder,
         "num_recomputed_tokens": int(col["num_recomputed_tokens"].sum()),
     }
     for name in ("e2e", "ttft", "tpot", "queueing", "normalized_latency"):
-        _describe(f"{name}_s", col[f"{name}_s"][finished], out)
+        _describe(f"{name}_s", column_stats(col, f"{name}_s", finished, PERCENTILES), out)
     out.update(itl_summary(recorder))
     out.update(_instance_summary(stats, duration))
     out.update(_speculative_summary(col))

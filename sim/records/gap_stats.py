@@ -74,8 +74,15 @@ def weighted_percentiles(read: Reader, n: int, total: int, qs: Sequence[float]) 
     `total` (numpy: searchsorted of the cumulative weights in stable sort order, side left),
     or the largest value when none does."""
     targets = [q / 100.0 * np.int64(total) for q in qs]  # float64, as compared by searchsorted
-    prefix = [0] * len(qs)  # decided high key bits
-    below = [0] * len(qs)  # weight of keys under the decided prefix
+    return select(read, n, targets)
+
+
+def select(read: Reader, n: int, targets: Sequence[float]) -> list[float]:
+    """For each target weight t, the smallest value whose weight at or below it reaches t
+    (the largest value when none does): with unit weights, target k + 1 is the k-th smallest
+    value (from 0)."""
+    prefix = [0] * len(targets)  # decided high key bits
+    below = [0] * len(targets)  # weight of keys under the decided prefix
     for p in range(64 // DIGITS):
         shift = 64 - DIGITS * (p + 1)  # bits under the digit decided in this pass
         hists = _digit_histograms(read, n, prefix, shift, p)
