@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from sim.memory.block_manager import BlockManager, OutOfBlocks
@@ -193,3 +194,35 @@ def test_finished_runs_are_never_found_and_content_keys_refused() -> None:
     with pytest.raises(TypeError, match="block ids"):
         bm.block_table(2)
     assert key_owner(private_key(7, 5)) == (7, 5)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_vllm_runs_alike_on_counts_and_on_tables(seed: int, monkeypatch) -> None:
+    """Whole `vllm` runs with little KV (preemptions, re-admissions finding their own blocks,
+    evictions): the same records, steps and events whether the instances count or keep
+    block tables from the start."""
+    from policies.simulate import simulate
+    from policies.vllm_v1 import VllmV1Policy
+    from tests.factories import LinearExecutor, random_trace
+
+    trace = random_trace(np.random.default_rng(seed), 80, rate=40.0, max_prompt=120,
+                         max_output=60)
+    params = {"max_num_batched_tokens": 64, "max_num_seqs": 16, "block_size": 8}
+    ex = LinearExecutor(capacity=400, per_ctx_s=1e-6)
+    counts = simulate(trace, "vllm", params, [ex, ex])
+    init = VllmV1Policy.__init__
+
+    def with_tables(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        assert self.private_blocks
+        self.use_block_tables()
+
+    monkeypatch.setattr(VllmV1Policy, "__init__", with_tables)
+    tables = simulate(trace, "vllm", params, [ex, ex])
+    assert counts.records["num_preemptions"].sum() > 0
+    assert counts.records["num_cached_tokens"].sum() > 0  # own blocks found again
+    pd.testing.assert_frame_equal(counts.records, tables.records)
+    wall = [c for c in counts.steps.columns if c.endswith("host_s")]  # the host's clock
+    pd.testing.assert_frame_equal(counts.steps.drop(columns=wall),
+                                  tables.steps.drop(columns=wall))
+    pd.testing.assert_frame_equal(counts.events, tables.events)
