@@ -60,9 +60,8 @@ class PrefixCaching:
     def lookup_keys(self, r: Request) -> list[BlockKey]:
         """Keys of the full blocks among `r`'s known tokens (what admission looks up)."""
         if r.block_ids is None and self.own_keys and r.request_id not in self._keys:
-            n = r.num_tokens // self.block_size  # private keys only: those n, not all of them
-            base = r.request_id << 32
-            return [-1 - (base | j) for j in range(n)]
+            # private keys only: those admission looks at, not all of them
+            return private_keys(r, 0, self.block_size, r.num_tokens // self.block_size)
         return self.keys(r)[: r.num_tokens // self.block_size]
 
     def lookup(self, blocks: BlockManager, r: Request) -> list[int]:
@@ -97,10 +96,12 @@ class PrefixCaching:
         self._keys.pop(r.request_id, None)
 
 
-def private_keys(r: Request, start: int, block_size: int) -> list[BlockKey]:
-    """Keys of `r`'s full blocks from block `start` on (prompt and outputs), unique to `r`:
-    negative ints, where content keys (sim/memory/prefix_keys.py) are not."""
-    end = r.max_tokens // block_size
+def private_keys(r: Request, start: int, block_size: int,
+                 end: int | None = None) -> list[BlockKey]:
+    """Keys of `r`'s full blocks from block `start` on (prompt and outputs; up to block `end`
+    when given), unique to `r`: negative ints, where content keys (sim/memory/prefix_keys.py)
+    are not."""
+    end = r.max_tokens // block_size if end is None else end
     base = r.request_id << 32
     return [-1 - (base | j) for j in range(start, end)]
 
