@@ -52,8 +52,8 @@ class CountingBlockManager(BlockPool):
         return [get(rid, 0) for rid in request_ids]
 
     def block_table(self, request_id: int) -> list[int]:
-        raise TypeError("CountingBlockManager keeps no block ids: use sim.memory.block_manager."
-                        "BlockManager where block tables are needed")
+        raise TypeError(f"{type(self).__name__} keeps no block ids: use sim.memory."
+                        f"block_manager.BlockManager where block tables are needed")
 
     # ---- prefix cache (never anything cached) -------------------------------------------
     def find_cached_prefix(self, keys: Sequence[BlockKey]) -> list[int]:
@@ -118,7 +118,8 @@ class CountingBlockManager(BlockPool):
         if need > free:
             raise OutOfBlocks(f"request {request_id} needs {need} blocks, {free} free")
         self._tokens[request_id] = held + num_new_tokens
-        self.num_used_blocks += need
+        if need:
+            self._take(need)
         return need
 
     def append_all(self, request_ids: Sequence[int], num_new_tokens: int) -> None:
@@ -131,17 +132,18 @@ class CountingBlockManager(BlockPool):
             raise OutOfBlocks(f"{len(held)} requests need {need} blocks, {free} free")
         for rid, h in zip(request_ids, held):
             tokens[rid] = h + num_new_tokens
-        self.num_used_blocks += need
+        if need:
+            self._take(need)
 
     def grow_to(self, request_ids: Sequence[int], num_tokens: Sequence[int]) -> bool:
         """Grow each held request to at least `num_tokens[i]` tokens, all or none: False, with
         nothing changed, when the free blocks do not cover them all."""
         return self.grow_to_held(request_ids, num_tokens) is not None
 
-    def grow_to_held(self, request_ids: Sequence[int],
-                     num_tokens: Sequence[int]) -> list[int] | None:
-        """`grow_to`, returning the tokens each request holds after it (None: nothing changed,
-        the free blocks do not cover them all)."""
+    def grow_to_held(self, request_ids: Sequence[int], num_tokens: Sequence[int],
+                     strict: bool = False) -> list[int] | None:
+        """`grow_to`, returning the tokens each request holds after it (None, or OutOfBlocks
+        when `strict`: nothing changed, the free blocks do not cover them all)."""
         tokens, bs = self._tokens, self.block_size
         need = 0
         after = []
@@ -153,11 +155,18 @@ class CountingBlockManager(BlockPool):
             else:
                 after.append(held)
         if need > self.num_total_blocks - self.num_used_blocks:
+            if strict:
+                raise OutOfBlocks(f"{len(after)} requests need {need} blocks, "
+                                  f"{self.num_free_blocks} free")
             return None
-        for rid, t in zip(request_ids, after):
-            tokens[rid] = t
-        self.num_used_blocks += need
+        tokens.update(zip(request_ids, after))
+        if need:
+            self._take(need)
         return after
+
+    def _take(self, n: int) -> None:
+        """Hand out `n` free blocks (there are)."""
+        self.num_used_blocks += n
 
     def free(self, request_id: int, finished: bool = False,
              num_computed_tokens: int | None = None) -> int:

@@ -19,8 +19,11 @@ hits), and the LRU as one entry per request (request id -> h). A held request's 
 are its full computed blocks, so they are counted when it releases them (`free` takes its
 computed tokens), not registered step by step: `cache_computed` does nothing. Each call answers
 as `BlockManager(..., enable_caching=True)` would with the same calls (tests/scale compare them
-on random V1-like sequences), except that there are no block ids (`block_table` raises) and a
-running request's own keys count as cached up to its admission hits (no caller asks).
+on random V1-like sequences), except that there are no block ids (`block_table` raises), a
+held request's keyed blocks are not counted before it releases them (`num_cached_blocks`
+raises), `trim` is refused (speculation keeps tables), and a running request's own keys count
+as cached up to its admission hits (no caller asks). Queries and growth are the counting
+manager's (sim/memory/block_counter.py), its blocks handed out through the LRU (`_take`).
 
 A request with content ids (shared keys) needs block identity: `to_block_manager` builds the
 `BlockManager` this state stands for (fresh ids, keys registered), after which the policy goes
@@ -33,7 +36,7 @@ from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
 from sim.memory.block_manager import BlockManager, OutOfBlocks
-from sim.memory.block_pool import BlockPool
+from sim.memory.block_counter import CountingBlockManager
 from sim.memory.block_state import BlockKey
 
 _LOW = (1 << 32) - 1  # a private key's block-index bits
@@ -53,8 +56,9 @@ def key_owner(key: BlockKey) -> tuple[int, int]:
     return k >> 32, k & _LOW
 
 
-class PrivateBlocks(BlockPool):
-    """Block counts per request and the LRU as runs of private blocks (module doc)."""
+class PrivateBlocks(CountingBlockManager):
+    """Block counts per request and the LRU as runs of private blocks (module doc): the
+    counting manager's queries and growth, its blocks handed out through the LRU."""
 
     enable_caching = True  # keyed blocks stay cached when released
     lazy_private_keys = True  # as BlockManager's: keys counted when blocks are released
@@ -62,41 +66,18 @@ class PrivateBlocks(BlockPool):
     def __init__(self, num_blocks: int, block_size: int = 16, watermark: float = 0.0) -> None:
         super().__init__(num_blocks, block_size, watermark)
         self.watermark = watermark  # fraction of blocks kept free on admission
-        self.num_used_blocks = 0  # blocks some request holds
         self._keyed: dict[int, int] = {}  # held request id -> blocks it shared on admission
         # the LRU, first evicted first: request id -> its cached blocks [0, h); a finished
         # request's run under -1 - id instead (as BlockManager's dead runs: never found)
         self._lru: dict[int, int] = {}
         self._num_lru = 0  # blocks in the LRU (free, cached, evictable)
-        self.num_queried_blocks = 0  # keys looked up on allocation (blocks)
-        self.num_hit_blocks = 0  # of those, found cached and shared (blocks)
+        self.num_hit_blocks = 0  # keys found cached and shared on allocation (blocks)
         self.num_evicted_blocks = 0  # cached blocks whose key was dropped to reuse them
 
-    # ---- counters ---------------------------------------------------------------------
     @property
-    def num_free_blocks(self) -> int:
-        """Blocks no request holds (evictable cached blocks included)."""
-        return self.num_total_blocks - self.num_used_blocks
-
-    def has(self, request_id: int) -> bool:
-        return request_id in self._tokens
-
-    def num_blocks(self, request_id: int) -> int:
-        """Blocks `request_id` holds (0 when none)."""
-        return -(-self._tokens.get(request_id, 0) // self.block_size)
-
-    def num_tokens_of(self, request_ids: Sequence[int]) -> list[int]:
-        """`num_tokens` of each id, in one pass."""
-        get = self._tokens.get
-        return [get(rid, 0) for rid in request_ids]
-
-    def block_table(self, request_id: int) -> list[int]:
-        raise TypeError("PrivateBlocks keeps no block ids: PrivateBlocks.to_block_manager "
-                        "gives the BlockManager that has them")
-
-    def shared_tokens(self, request_ids: Sequence[int]) -> int:
-        """KV tokens counted twice when contexts are summed: none, no block is shared."""
-        return 0
+    def num_cached_blocks(self) -> int:
+        raise TypeError("PrivateBlocks counts a held request's keyed blocks only when it "
+                        "releases them: PrivateBlocks.to_block_manager gives the BlockManager")
 
     # ---- lookups ----------------------------------------------------------------------
     def find_cached_prefix(self, keys: Sequence[BlockKey]) -> list[BlockKey]:
@@ -120,11 +101,6 @@ class PrivateBlocks(BlockPool):
         if hits and key_owner(hits[0])[0] in self._tokens:
             return need - len(hits)
         return need
-
-    def can_allocate(self, num_tokens: int, hits: Sequence[BlockKey] = ()) -> bool:
-        """Whether a new request of `num_tokens` fits, keeping the watermark free."""
-        return (self.num_blocks_to_allocate(num_tokens, hits)
-                <= self.num_free_blocks - self.watermark_blocks)
 
     # ---- allocation -------------------------------------------------------------------
     def allocate(self, request_id: int, num_tokens: int, keys: Sequence[BlockKey] = ()) -> int:
@@ -175,66 +151,6 @@ class PrivateBlocks(BlockPool):
             del lru[rid]
             evict -= h
 
-    def blocks_to_append(self, request_id: int, num_new_tokens: int) -> int:
-        """Extra blocks a request needs to grow by `num_new_tokens` tokens."""
-        held, bs = self._tokens.get(request_id, 0), self.block_size
-        return max(0, -(-(held + num_new_tokens) // bs) - -(-held // bs))
-
-    def can_append(self, request_id: int, num_new_tokens: int) -> bool:
-        return self.blocks_to_append(request_id, num_new_tokens) <= self.num_free_blocks
-
-    def append(self, request_id: int, num_new_tokens: int) -> int:
-        """Grow a request by `num_new_tokens` tokens; returns how many blocks it newly took."""
-        need = self.blocks_to_append(request_id, num_new_tokens)
-        if need > self.num_free_blocks:
-            raise OutOfBlocks(f"request {request_id} needs {need} blocks, "
-                              f"{self.num_free_blocks} free")
-        self._tokens[request_id] += num_new_tokens
-        if need:
-            self._take(need)
-        return need
-
-    def append_all(self, request_ids: Sequence[int], num_new_tokens: int) -> None:
-        """`append(r, num_new_tokens)` for every id in `request_ids` (all or none)."""
-        tokens, bs = self._tokens, self.block_size
-        held = [tokens[rid] for rid in request_ids]
-        need = sum([-(-(h + num_new_tokens) // bs) - -(-h // bs) for h in held])
-        if need > self.num_free_blocks:
-            raise OutOfBlocks(f"{len(held)} requests need {need} blocks, "
-                              f"{self.num_free_blocks} free")
-        for rid, h in zip(request_ids, held):
-            tokens[rid] = h + num_new_tokens
-        if need:
-            self._take(need)
-
-    def grow_to(self, request_ids: Sequence[int], num_tokens: Sequence[int]) -> bool:
-        """Grow each held request to at least `num_tokens[i]` tokens, all or none."""
-        return self.grow_to_held(request_ids, num_tokens) is not None
-
-    def grow_to_held(self, request_ids: Sequence[int], num_tokens: Sequence[int],
-                     strict: bool = False) -> list[int] | None:
-        """`grow_to`, returning the tokens each request holds after it (None, or OutOfBlocks
-        when `strict`: nothing changed, the free blocks do not cover them all)."""
-        tokens, bs = self._tokens, self.block_size
-        need = 0
-        after = []
-        for rid, t in zip(request_ids, num_tokens):
-            held = tokens[rid]
-            if t > held:
-                need += -(-t // bs) - -(-held // bs)
-                after.append(t)
-            else:
-                after.append(held)
-        if need > self.num_total_blocks - self.num_used_blocks:
-            if strict:
-                raise OutOfBlocks(f"{len(after)} requests need {need} blocks, "
-                                  f"{self.num_free_blocks} free")
-            return None
-        tokens.update(zip(request_ids, after))
-        if need:
-            self._take(need)
-        return after
-
     # ---- registration and release -----------------------------------------------------
     def cache_computed(self, batch: Sequence[Any],
                        keys_of: Callable[[Any], Sequence[BlockKey]]) -> None:
@@ -251,9 +167,9 @@ class PrivateBlocks(BlockPool):
         if num_computed_tokens is None:
             raise TypeError(f"PrivateBlocks.free(request {request_id}) needs the request's "
                             f"num_computed_tokens: its keyed blocks are counted from them")
-        held = self._tokens.pop(request_id)
-        n = -(-held // self.block_size)
-        keyed = min(n, max(self._keyed.pop(request_id), num_computed_tokens // self.block_size))
+        n = -(-self._tokens[request_id] // self.block_size)
+        keyed = self._keyed_blocks(request_id, num_computed_tokens)
+        del self._tokens[request_id], self._keyed[request_id]
         self.num_used_blocks -= n
         if keyed:
             if finished:  # no one looks its keys up again
@@ -265,10 +181,19 @@ class PrivateBlocks(BlockPool):
             self._num_lru += keyed
         return n
 
+    def _keyed_blocks(self, request_id: int, num_computed_tokens: int) -> int:
+        """Keyed blocks of a held request: its admission hits or its full computed blocks,
+        whichever is more (as BlockManager's registration as computed leaves them)."""
+        n = -(-self._tokens[request_id] // self.block_size)
+        return min(n, max(self._keyed[request_id], num_computed_tokens // self.block_size))
+
+    def trim(self, request_id: int, num_tokens: int) -> int:
+        raise TypeError("PrivateBlocks does not trim (speculative decoding keeps block tables: "
+                        "policies/vllm_v1.py)")
+
     def check(self) -> None:
         """Assert the accounting invariants (for tests)."""
-        held = sum(-(-t // self.block_size) for t in self._tokens.values())
-        assert held == self.num_used_blocks, "used blocks off"
+        super().check()
         assert self.num_used_blocks + self._num_lru <= self.num_total_blocks, "blocks leaked"
         assert self._num_lru == sum(self._lru.values()), "LRU count off"
         assert all(h > 0 for h in self._lru.values()), "an empty run parked"
@@ -287,7 +212,7 @@ class PrivateBlocks(BlockPool):
             n = -(-held // bs)
             table = list(range(b, b + n))
             b += n
-            keyed = min(n, max(self._keyed[rid], num_computed_tokens[rid] // bs))
+            keyed = self._keyed_blocks(rid, num_computed_tokens[rid])
             bm._tables[rid], bm._tokens[rid], bm._num_keyed[rid] = table, held, keyed
             for j in range(keyed):
                 bm._cached[private_key(rid, j)] = table[j]
@@ -296,13 +221,15 @@ class PrivateBlocks(BlockPool):
             for blk in table:
                 bm._ref[blk] = 1
         for rid, h in self._lru.items():  # tail first, as the release queued them
+            tail_first = range(h - 1, -1, -1)
             if rid < 0:  # a finished request's: a dead run, its keys never found
-                bm._park_dead(list(range(b + h - 1, b - 1, -1)),
-                              [private_key(-1 - rid, j) for j in range(h - 1, -1, -1)])
-            for j in range(h - 1, -1, -1) if rid >= 0 else ():
-                key = private_key(rid, j)
-                bm._cached[key], bm._key_of[b + j] = b + j, key
-                bm._evictable[b + j] = key
+                bm._park_dead([b + j for j in tail_first],
+                              [private_key(-1 - rid, j) for j in tail_first])
+            else:
+                for j in tail_first:
+                    key = private_key(rid, j)
+                    bm._cached[key], bm._key_of[b + j] = b + j, key
+                    bm._evictable[b + j] = key
             b += h
         bm._free = deque(range(b, self.num_total_blocks))
         bm.num_queried_blocks = self.num_queried_blocks
