@@ -272,8 +272,8 @@ class PagedPolicy(PagedSteps, PrefixJumps, Policy):
         if m > 1:
             s.blocks.append_all(step.request_ids, m - 1)  # the batch's ids, in order
         s.num_pending_blocks = 0
-        if self.prefix is not None:
-            self.prefix.register(s.blocks, batch)
+        if self.prefix is not None and not s.blocks.private_keys_only:  # (PrivateBlocks count
+            self.prefix.register(s.blocks, batch)  # a request's keyed blocks when it releases)
         most = s.blocks.num_total_blocks * s.blocks.block_size - self.decode_width + 1  # tokens
         for r in batch:  # never_fits(r.num_tokens + decode_width - 1), inlined
             if r.num_prompt_tokens + r.num_output_tokens > most and not r.is_finished:

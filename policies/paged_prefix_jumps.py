@@ -22,6 +22,8 @@ class PrefixJumps:
         """Iterations a decode jump of `decodes` (first slots given) may run with the prefix
         cache on and stay exact: no further than where the head waiting request's admission
         could change, or blocks would be cached in another order than one iteration at a time."""
+        if not s.waiting and s.blocks.private_keys_only:
+            return num_iterations  # no head to admit; private keys keep the order (below)
         caps = (self.iterations_to_head_admission(s, decodes, num_iterations),
                 self.iterations_to_cache_order_change(s, decodes, num_iterations))
         return min((c for c in caps if c is not None), default=num_iterations)
@@ -58,9 +60,13 @@ class PrefixJumps:
         """Where one-iteration steps would cache the jump's completed blocks differently from
         one update at its end (which grows every block first, then caches in batch order):
         before a key completed earlier by another decode, or at a key held by an evictable
-        block (a later growth may evict it). None: nowhere."""
+        block (a later growth may evict it). None: nowhere. With private keys only, neither
+        happens: a key is one request's, and its blocks stay held by it through the jump
+        (none evictable)."""
         if self.prefix is None:
             return None
+        if s.blocks.private_keys_only:
+            return num_iterations
         if not self.prefix.own_keys and not any(  # no decode has keys
                 [self.prefix.has_keys(r) for r in decodes]):
             return num_iterations

@@ -187,12 +187,17 @@ class VllmV1Policy(OffloadHooks, PagedClasses, PagedPolicy):
         w, running = self.decode_width, s.running
         if self.offload is not None and any([self.is_loading(r) for r in running]):
             return False
-        if not running or len(running) * w > plan.budget or not all(  # num_new_tokens == 1
-                [r.num_computed_tokens and r.num_prompt_tokens + r.num_output_tokens
-                 - r.num_computed_tokens == 1 for r in running]):
+        if not running or len(running) * w > plan.budget:
             return False
-        ids = [r.request_id for r in running]
-        held = s.blocks.grow_to_held(ids, [r.num_computed_tokens + w for r in running])
+        ids: list[int] = []
+        grown: list[int] = []  # tokens each decode holds once grown by w slots
+        for r in running:
+            c = r.num_computed_tokens
+            if not c or r.num_prompt_tokens + r.num_output_tokens - c != 1:
+                return False  # not a decode (num_new_tokens != 1): the general loop
+            ids.append(r.request_id)
+            grown.append(c + w)
+        held = s.blocks.grow_to_held(ids, grown)
         if held is None:
             return False
         plan.decodes.extend(running)
@@ -242,7 +247,8 @@ class VllmV1Policy(OffloadHooks, PagedClasses, PagedPolicy):
             self.offload.poll(instance_id, s, self.prefix, now)
         plan = Plan(self.token_budgets[instance_id], [], [], [])
         self.schedule_running(s, plan, now)
-        self.schedule_waiting(s, instance_id, plan, now)
+        if s.waiting:
+            self.schedule_waiting(s, instance_id, plan, now)
         if not plan.decodes and not plan.prefills:
             return None
         if not plan.prefills and not plan.preempted and not (
@@ -259,8 +265,8 @@ class VllmV1Policy(OffloadHooks, PagedClasses, PagedPolicy):
         or a block would be cached in another order than one iteration at a time. `ids`,
         `held`: the decodes' ids and held tokens, when `decodes_fit` gathered them."""
         step = self.decode_step(s, instance_id, decodes, ids, held)
-        if step.num_iterations == 1:
-            return step  # every cap below is at least one iteration
+        if step.num_iterations == 1 or (not s.waiting and self.offload is None):
+            return step  # every cap below is at least one iteration; none without a waiter
         # (decode_step's prefix_jump_cap already ended it where the cache order changes: that
         # cap, taken again at step.num_iterations, is not lower)
         caps = (self.iterations_to_admission_change(s, decodes, budget, step.num_iterations),

@@ -3,6 +3,7 @@ the A100's FlashInfer fit in sim/cost/gpu_params.py, kernel sets in sim/cost/att
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -299,3 +300,36 @@ def test_a100_attention_is_the_fit_of_the_full_file(full: pd.DataFrame) -> None:
     fitted = fit_attention(A100_80GB_PARAMS, LLAMA3, A100, full)
     for f in (*CONTEXT_PREFILL_FIELDS, *CONTEXT_DECODE_FIELDS):
         assert getattr(fitted, f) == pytest.approx(getattr(A100_80GB_PARAMS, f), rel=0.01), f
+
+
+def first_decode_s_by_the_general_path(m: StageCostModel, b: int, context: int) -> float:
+    """A decode-only iteration's seconds as `_first_s` computes a mixed batch's: the batch split
+    from its sums, the layers, the fixed GPU and the host seconds, each by its own method."""
+    p, n, c, d, c_dec = m.split_sums(b, context, context, b, b)
+    assert (p, d) == (0, b)
+    attn = 0.0 + m._attn.decode_s(d, c_dec)  # noqa: SLF001 - the terms under test
+    gpu = m._layers_s(b, attn) + m.gpu_fixed_s(b, b)  # noqa: SLF001
+    floor = m._launch_floor  # noqa: SLF001
+    if m._overlap:  # noqa: SLF001
+        return max(gpu, floor, m.host_s(b))
+    return max(gpu, floor) + m.host_s(b)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+@pytest.mark.parametrize("host", ["vllm", "legacy"])
+def test_decode_iterations_from_cached_terms_are_the_general_paths(tp: int, host: str) -> None:
+    """`_first_s` of a batch of decodes takes its per-batch-size terms from a cache; every
+    batch size and context gives the general path's float exactly (default and legacy host
+    terms, TP 1 to 4, with and without the decode floor)."""
+    from sim.cluster.spec import ClusterSpec, build_executors
+    spec = ClusterSpec(model="llama-3-8b", gpu="H100-80GB", tensor_parallel=tp,
+                       cost_model={"host": host})
+    models = [build_executors(spec)[0].cost_model, llama3(tp), toy(tp)]
+    rng = np.random.default_rng(tp)
+    for m in models:
+        for b in [1, 2, 3, 7, 8, 31, 64, 255, 256]:
+            for context in rng.integers(b, 400_000, size=6).tolist():
+                want = first_decode_s_by_the_general_path(m, b, context)
+                assert m.iteration_ends_from_sums(b, context, context, b, b, b, 1,
+                                                  math.inf) == [want]
+                assert m.iteration_times_from_sums(b, context, context, b, b, b)[0] == want

@@ -55,7 +55,7 @@ def emit_batch(requests: list[Request], start_s: float, ends_s: np.ndarray,
             r.finish_s = t_last
             finished.append(r)
     if first_gaps:
-        gaps.add(np.array(first_gaps), 1)
+        gaps.add(first_gaps, 1)
     return finished
 
 
@@ -86,7 +86,7 @@ def emit_together(requests: list[Request], counts: list[int], time_s: float,
             r.finish_s = time_s
             finished.append(r)
     if first_gaps:
-        gaps.add(np.array(first_gaps), 1)
+        gaps.add(first_gaps, 1)
     zeros = sum(counts) - len(counts)
     if zeros:
         gaps.add(np.zeros(1), zeros)

@@ -52,7 +52,7 @@ FINAL_STATUSES = (RequestStatus.FINISHED, RequestStatus.REJECTED, RequestStatus.
 class GapRecorder(Protocol):
     """Receives inter-token gaps (seconds), each with a count of tokens that saw it."""
 
-    def add(self, gaps: np.ndarray | float, weight: int = 1) -> None: ...
+    def add(self, gaps: np.ndarray | list[float] | float, weight: int = 1) -> None: ...
 
 
 @dataclass(eq=False, slots=True)

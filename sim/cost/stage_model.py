@@ -258,15 +258,22 @@ class StageCostModel:
         """Seconds of an iteration computing the given chunks (batch sums)."""
         if not num_tokens:
             return self.params.cpu_step_s  # nothing to compute: no forward pass
-        p, n, c, d, c_dec = split_from_sums(num_tokens, sum_context, sum_new_x_context,
-                                            sum_new_squared, num_seqs)
-        attn = self._prefill_attn_s(p, n, c) if p else 0.0  # one kernel over the chunks
-        if d:
-            attn += self._attn.decode_s(d, c_dec + d)  # decode rows read their new token too
-        gpu = self._layers_s(num_tokens, attn) + self.gpu_fixed_s(num_seqs, num_sampled)
+        if num_tokens == num_seqs == num_sampled and self._moe is None:  # decodes only:
+            # the lines below with the batch size's terms cached (the same floats)
+            _, _, host, _, _, _, dense, ar, fixed = self._decode_terms(num_seqs)
+            attn = self._attn.decode_s(num_seqs, float(sum_context) + num_seqs)
+            gpu = self._layers * (dense + attn + ar) + fixed
+        else:
+            p, n, c, d, c_dec = split_from_sums(num_tokens, sum_context, sum_new_x_context,
+                                                sum_new_squared, num_seqs)
+            attn = self._prefill_attn_s(p, n, c) if p else 0.0  # one kernel over the chunks
+            if d:
+                attn += self._attn.decode_s(d, c_dec + d)  # decode rows read their new token
+            gpu = self._layers_s(num_tokens, attn) + self.gpu_fixed_s(num_seqs, num_sampled)
+            host = self.host_s(num_seqs)
         if self._overlap:
-            return max(gpu, self._launch_floor, self.host_s(num_seqs))
-        return max(gpu, self._launch_floor) + self.host_s(num_seqs)
+            return max(gpu, self._launch_floor, host)
+        return max(gpu, self._launch_floor) + host
 
     def iteration_times_from_sums(self, num_tokens: int, sum_context: int, sum_new_x_context: int,
                                   sum_new_squared: int, num_seqs: int, num_sampled: int,
@@ -283,7 +290,7 @@ class StageCostModel:
             out[1:] = self.params.cpu_step_s  # an empty batch only pays the overhead
             return out
         kv_after = np.arange(1, num_iterations, dtype=np.float64) * b + (sum_context + num_tokens)
-        base, slope, host, f_base, f_layers, f_half = self._decode_terms(b)
+        base, slope, host, f_base, f_layers, f_half, _, _, _ = self._decode_terms(b)
         gpu = base + slope * kv_after
         if f_layers:  # decode attention's split-KV floor (sim/cost/stage_attention.py)
             np.maximum(gpu, f_base + f_layers * kv_after / (kv_after + f_half), out=gpu)
@@ -296,19 +303,23 @@ class StageCostModel:
         return out
 
     def _decode_terms(self, b: int) -> tuple[float, ...]:
-        """(base, slope, host, f_base, f_layers, f_half) of a decode iteration of `b`
-        sequences reading kv tokens: GPU seconds max(base + slope kv, f_base + f_layers kv /
-        (kv + f_half)) (the second: attention at its floor; f_layers 0 without one), host
-        seconds. Cached per batch size."""
+        """(base, slope, host, f_base, f_layers, f_half, dense, ar, fixed) of a decode
+        iteration of `b` sequences reading kv tokens: GPU seconds max(base + slope kv, f_base +
+        f_layers kv / (kv + f_half)) (the second: attention at its floor; f_layers 0 without
+        one), host seconds; and the parts of `_layers_s` and `gpu_fixed_s` at `b` tokens (a
+        layer's dense seconds, its all-reduces, the fixed GPU seconds of `b` sampled rows).
+        Cached per batch size."""
         terms = self._decode_cache.get(b)
         if terms is None:
             a, layers = self._attn, self._layers
             f_layers = layers * a.floor_s
+            ar = (self._ar_per_layer * self.allreduce_s(self._hidden_bytes * b)
+                  if self._tp > 1 else 0.0)  # as _layers_s
             terms = self._decode_cache[b] = (
                 self._layers_s(b, a.decode_base_s(b)) + self.gpu_fixed_s(b, b),
                 layers * a.decode_s_per_kv_token(b), self.host_s(b),
                 (self._layers_s(b, 0.0) + self.gpu_fixed_s(b, b)) if f_layers else 0.0,
-                f_layers, a.floor_half * b)
+                f_layers, a.floor_half * b, self.dense_layer_s(b), ar, self.gpu_fixed_s(b, b))
         return terms
 
     def iteration_ends_from_sums(self, num_tokens: int, sum_context: int,
@@ -325,7 +336,7 @@ class StageCostModel:
             if num_iterations > 1 and first < until_s:  # an empty batch: overhead only
                 return ends_of(first, [self.params.cpu_step_s] * (num_iterations - 1), until_s)
             return ends
-        base, slope, host, f_base, f_layers, f_half = self._decode_terms(b)
+        base, slope, host, f_base, f_layers, f_half, _, _, _ = self._decode_terms(b)
         floor = self._launch_floor
         if self._overlap:  # the host's work beside the GPU's: a floor like the launch one
             floor, host = max(floor, host), 0.0

@@ -14,6 +14,8 @@ from sim.util.errors import ConfigError, check_positive
 class BlockPool:
     """The geometry of a block pool and each request's tokens in it."""
 
+    private_keys_only = False  # True where every key is private to its request (PrivateBlocks)
+
     def __init__(self, num_blocks: int, block_size: int = 16, watermark: float = 0.0) -> None:
         check_positive("num_blocks", num_blocks)
         check_positive("block_size", block_size)

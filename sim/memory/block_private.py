@@ -61,6 +61,7 @@ class PrivateBlocks(CountingBlockManager):
     counting manager's queries and growth, its blocks handed out through the LRU."""
 
     enable_caching = True  # keyed blocks stay cached when released
+    private_keys_only = True  # no key is ever another request's (content keys raise)
     lazy_private_keys = True  # as BlockManager's: keys counted when blocks are released
 
     def __init__(self, num_blocks: int, block_size: int = 16, watermark: float = 0.0) -> None:

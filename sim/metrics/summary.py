@@ -148,12 +148,8 @@ def itl_summary(recorder: Recorder) -> dict[str, float]:
         std = weighted_std(values, weights)
         pcts = _weighted_percentiles(values, weights, ITL_PERCENTILES)
     else:
-        n = store.num_values
-        total = gap_stats.total_weight(store.read, n)
-        mean, std = gap_stats.weighted_mean_std(store.read, n, total) if total else (np.nan,
-                                                                                       np.nan)
-        pcts = (gap_stats.weighted_percentiles(store.read, n, total, ITL_PERCENTILES) if total
-                else [float("nan")] * len(ITL_PERCENTILES))
+        _, mean, std, pcts = gap_stats.weighted_summary(store.read, store.num_values,
+                                                        ITL_PERCENTILES)
     out = {"mean_itl_s": mean, "std_itl_s": std}
     for p, value in zip(ITL_PERCENTILES, pcts):
         out[f"{'median' if p == 50 else f'p{p:g}'}_itl_s"] = value

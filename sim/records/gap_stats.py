@@ -9,6 +9,9 @@ holding one chunk at a time:
   leaves of at most LEAF items, each summed by numpy itself, so the float64 result is the same;
 - a percentile is the smallest gap whose weight at or below it reaches q% of the total, found
   by a radix selection over the gaps' order-preserving 64-bit keys, 16 bits a pass (4 passes).
+
+`weighted_summary` takes all of them in four reads of the gaps, not seven: the total weight
+and the selection's first histogram ride on the mean's read, its second on the std's.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ LEAF = 1 << 20  # items summed by numpy at once (a pairwise-tree node at or belo
 CHUNK = 1 << 20  # items read at once by the selection passes
 SIGN = np.uint64(1 << 63)
 DIGITS = 16  # key bits decided per selection pass
+PASSES = 64 // DIGITS  # histogram passes of a selection
 
 
 def total_weight(read: Reader, n: int) -> int:
@@ -46,6 +50,11 @@ def weighted_mean_std(read: Reader, n: int, total: int) -> tuple[float, float]:
     """`np.average(values, weights=weights)` and `sim.metrics.summary.weighted_std`, bit for bit."""
     scale = float(total)  # np.average's weight sum: an exact integer in float64
     mean = pairwise_sum(lambda v, w: np.multiply(v, w, dtype=np.float64), read, 0, n) / scale
+    return mean, _std(read, n, total, mean)
+
+
+def _std(read: Reader, n: int, total: int, mean: float) -> float:
+    """`sim.metrics.summary.weighted_std` about `mean` (the weighted mean), bit for bit."""
     mean64 = np.float64(mean)
 
     def squares(v: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -53,7 +62,7 @@ def weighted_mean_std(read: Reader, n: int, total: int) -> tuple[float, float]:
         np.square(d, out=d)
         return np.multiply(d, w, dtype=np.float64)
 
-    return mean, float(np.sqrt(pairwise_sum(squares, read, 0, n) / scale))
+    return float(np.sqrt(pairwise_sum(squares, read, 0, n) / float(total)))
 
 
 def keys(values: np.ndarray) -> np.ndarray:
@@ -81,20 +90,94 @@ def select(read: Reader, n: int, targets: Sequence[float]) -> list[float]:
     """For each target weight t, the smallest value whose weight at or below it reaches t
     (the largest value when none does): with unit weights, target k + 1 is the k-th smallest
     value (from 0)."""
-    prefix = [0] * len(targets)  # decided high key bits
-    below = [0] * len(targets)  # weight of keys under the decided prefix
-    for p in range(64 // DIGITS):
-        shift = 64 - DIGITS * (p + 1)  # bits under the digit decided in this pass
-        hists = _digit_histograms(read, n, prefix, shift, p)
-        for j, t in enumerate(targets):
-            hist = hists[prefix[j]]
-            cum = np.cumsum(hist) + float(below[j])  # exact integers in float64
+    radix = RadixSelect(targets)
+    for p in range(PASSES):
+        radix.decide(_digit_histograms(read, n, radix, p))
+    return radix.values()
+
+
+def weighted_summary(read: Reader, n: int,
+                     qs: Sequence[float]) -> tuple[int, float, float, list[float]]:
+    """(total weight, `weighted_mean_std`, `weighted_percentiles` at each q) in four reads of
+    the `n` gaps: the total and the first digit's histogram counted as the mean reads them,
+    the second digit's as the std does (each read covers every gap once). The same floats as
+    the functions one at a time; NaN everywhere when the total weight is 0."""
+    total, hists = [0], RadixSelect([]).histograms(0)
+
+    def counting(start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        values, weights = read(start, stop)
+        total[0] += int(weights.sum(dtype=np.int64))
+        RadixSelect.accumulate(hists, values, weights, 0)
+        return values, weights
+
+    weighted = pairwise_sum(lambda v, w: np.multiply(v, w, dtype=np.float64), counting, 0, n)
+    if not total[0]:
+        nan = float("nan")
+        return 0, nan, nan, [nan] * len(qs)
+    radix = RadixSelect([q / 100.0 * np.int64(total[0]) for q in qs])  # as weighted_percentiles
+    radix.decide(hists)
+    mean = weighted / float(total[0])
+    hists = radix.histograms(1)
+
+    def binning(start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        values, weights = read(start, stop)
+        radix.accumulate(hists, values, weights, 1)
+        return values, weights
+
+    std = _std(binning, n, total[0], mean)
+    radix.decide(hists)
+    for p in range(2, PASSES):
+        radix.decide(_digit_histograms(read, n, radix, p))
+    return total[0], mean, std, radix.values()
+
+
+class RadixSelect:
+    """The state of a radix selection (`select`): each target's decided high key bits and
+    the weight below them, one 16-bit digit decided a pass from that pass's histograms."""
+
+    def __init__(self, targets: Sequence[float]) -> None:
+        self.targets = list(targets)  # weights to reach (float64 values)
+        self.prefix = [0] * len(self.targets)  # decided high key bits
+        self.below = [0] * len(self.targets)  # weight of keys under the decided prefix
+        self.num_passes = 0  # digits decided
+
+    def histograms(self, p: int) -> dict[int, np.ndarray]:
+        """Empty histograms of pass `p`, one per distinct prefix (pass 0: the one prefix 0)."""
+        prefixes = set(self.prefix) if p else {0}
+        return {q: np.zeros(1 << DIGITS, dtype=np.float64) for q in prefixes}
+
+    @staticmethod
+    def accumulate(hists: dict[int, np.ndarray], values: np.ndarray, weights: np.ndarray,
+                   p: int) -> None:
+        """Add the weight of each value's digit of pass `p` to its prefix's histogram (exact:
+        integer weights summed in float64 stay below 2**53)."""
+        size, shift = 1 << DIGITS, 64 - DIGITS * (p + 1)  # bits under the pass's digit
+        k = keys(values)
+        digit = ((k >> np.uint64(shift)) & np.uint64(size - 1)).astype(np.int64)
+        if p == 0:
+            hists[0] += np.bincount(digit, weights=weights, minlength=size)
+            return
+        top = k >> np.uint64(shift + DIGITS)
+        for q, h in hists.items():
+            sel = top == np.uint64(q)
+            h += np.bincount(digit[sel], weights=weights[sel], minlength=size)
+
+    def decide(self, hists: dict[int, np.ndarray]) -> None:
+        """Each target's next digit from this pass's histograms."""
+        for j, t in enumerate(self.targets):
+            hist = hists[self.prefix[j]]
+            cum = np.cumsum(hist) + float(self.below[j])  # exact integers in float64
             d = int(np.searchsorted(cum, t, side="left"))
             if d == len(cum):  # t over the total (q > 100): the largest value
                 d = _last_nonzero(hist)
-            below[j] = int(cum[d - 1]) if d else below[j]
-            prefix[j] = (prefix[j] << DIGITS) | d
-    return [from_key(k) for k in prefix]
+            self.below[j] = int(cum[d - 1]) if d else self.below[j]
+            self.prefix[j] = (self.prefix[j] << DIGITS) | d
+        self.num_passes += 1
+
+    def values(self) -> list[float]:
+        """The selected values (every digit decided)."""
+        assert self.num_passes == PASSES, "a selection needs every pass"
+        return [from_key(k) for k in self.prefix]
 
 
 def _last_nonzero(hist: np.ndarray) -> int:
@@ -103,21 +186,11 @@ def _last_nonzero(hist: np.ndarray) -> int:
     return int(nz[-1]) if len(nz) else len(hist) - 1
 
 
-def _digit_histograms(read: Reader, n: int, prefixes: list[int], shift: int,
+def _digit_histograms(read: Reader, n: int, radix: RadixSelect,
                       p: int) -> dict[int, np.ndarray]:
-    """For each distinct prefix (the key's top 16 * p bits), the weight of its keys per next
-    16-bit digit (exact: integer weights summed in float64 stay below 2**53)."""
-    size = 1 << DIGITS
-    hists = {q: np.zeros(size, dtype=np.float64) for q in set(prefixes)}
+    """Pass `p`'s histograms over every value, read a chunk at a time."""
+    hists = radix.histograms(p)
     for i in range(0, n, CHUNK):
         values, weights = read(i, min(i + CHUNK, n))
-        k = keys(values)
-        digit = ((k >> np.uint64(shift)) & np.uint64(size - 1)).astype(np.int64)
-        if p == 0:
-            hists[0] += np.bincount(digit, weights=weights, minlength=size)
-            continue
-        top = k >> np.uint64(shift + DIGITS)
-        for q, h in hists.items():
-            sel = top == np.uint64(q)
-            h += np.bincount(digit[sel], weights=weights[sel], minlength=size)
+        radix.accumulate(hists, values, weights, p)
     return hists

@@ -44,7 +44,7 @@ class GapLog:
     folds follow them there: memory stays bounded, and `store` reads them back in chunks."""
 
     def __init__(self, spill_after: int = SPILL) -> None:
-        self._values: list[np.ndarray] = []  # pending gaps, not yet folded
+        self._values: list[np.ndarray | list[float]] = []  # pending gaps, not yet folded
         self._weights: list[int | np.ndarray] = []  # an int applies to every value of its chunk
         self._scalars: list[float] = []  # single gaps of weight 1, batched for speed
         self._flat: list[np.ndarray] = []  # folded gaps, float64, in add order
@@ -55,8 +55,9 @@ class GapLog:
         self.spill_after = spill_after  # folded gaps held in memory before spilling
         self.store: GapFile | None = None  # the spilled gaps, once there are that many
 
-    def add(self, gaps: np.ndarray | float, weight: int | np.ndarray = 1) -> None:
-        """Record gaps; `weight` is the number of tokens that saw each gap."""
+    def add(self, gaps: np.ndarray | list[float] | float, weight: int | np.ndarray = 1) -> None:
+        """Record gaps (an array, a list of floats kept as given, or one float); `weight` is
+        the number of tokens that saw each gap."""
         if isinstance(gaps, float):
             if weight == 1:
                 self._scalars.append(gaps)
@@ -117,7 +118,8 @@ class GapLog:
     def _pending(self) -> tuple[np.ndarray, np.ndarray]:
         """The pending adds' gaps (float64) and weights (int64), one value each."""
         if self._values and all(type(w) is int for w in self._weights) and all(
-                type(v) is np.ndarray and v.ndim == 1 for v in self._values):  # the usual adds
+                type(v) is list or type(v) is np.ndarray and v.ndim == 1
+                for v in self._values):  # the usual adds (lists of floats, 1-d arrays)
             return (np.concatenate(self._values).astype(np.float64, copy=False),
                     np.repeat(np.array(self._weights, dtype=np.int64),
                               [len(v) for v in self._values]))

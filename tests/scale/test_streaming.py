@@ -124,3 +124,30 @@ def test_record_log_fold_order(monkeypatch) -> None:
         log.add([r])
     got = pd.DataFrame(log.columns())
     pd.testing.assert_frame_equal(got, pd.DataFrame(record_log.record_columns(requests)))
+
+
+def test_weighted_summary_reads_the_gaps_four_times_for_the_same_floats() -> None:
+    """Total, mean, std and percentiles in one call: the functions' floats one at a time, and
+    every gap read four times (not seven)."""
+    rng = np.random.default_rng(5)
+    v = np.round(rng.gamma(2.0, 0.01, 200_003), 5)
+    w = rng.integers(1, 90, len(v))
+    read_items = [0]
+
+    def read(a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        read_items[0] += b - a
+        return v[a:b], w[a:b]
+
+    old = gap_stats.LEAF, gap_stats.CHUNK
+    gap_stats.LEAF, gap_stats.CHUNK = 1 << 14, 1 << 13
+    try:
+        total, mean, std, pcts = gap_stats.weighted_summary(read, len(v), ITL_PERCENTILES)
+        assert read_items[0] == 4 * len(v)
+        want_total = gap_stats.total_weight(read, len(v))
+        assert (total, (mean, std)) == (want_total, gap_stats.weighted_mean_std(read, len(v),
+                                                                                 want_total))
+        assert pcts == gap_stats.weighted_percentiles(read, len(v), want_total, ITL_PERCENTILES)
+        assert gap_stats.weighted_summary(lambda a, b: (v[a:b], 0 * w[a:b]), len(v),
+                                          ITL_PERCENTILES)[0] == 0  # no weight: NaN figures
+    finally:
+        gap_stats.LEAF, gap_stats.CHUNK = old
