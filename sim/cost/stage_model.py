@@ -249,9 +249,14 @@ class StageCostModel:
     def _layers_s(self, num_tokens: int, attention_s: float) -> float:
         if self._moe is not None:
             return self._moe.layers_s(num_tokens, attention_s, self.allreduce_s)
-        ar = (self._ar_per_layer * self.allreduce_s(self._hidden_bytes * num_tokens)
-              if self._tp > 1 else 0.0)
-        return self._layers * (self.dense_layer_s(num_tokens) + attention_s + ar)
+        return self._layers * (self.dense_layer_s(num_tokens) + attention_s
+                               + self._layer_allreduces_s(num_tokens))
+
+    def _layer_allreduces_s(self, num_tokens: int) -> float:
+        """One layer's all-reduces of num_tokens tokens' hidden states (0 at TP 1)."""
+        if self._tp == 1:
+            return 0.0
+        return self._ar_per_layer * self.allreduce_s(self._hidden_bytes * num_tokens)
 
     def _first_s(self, num_tokens: int, sum_context: int, sum_new_x_context: int,
                  sum_new_squared: int, num_seqs: int, num_sampled: int) -> float:
@@ -311,15 +316,14 @@ class StageCostModel:
         Cached per batch size."""
         terms = self._decode_cache.get(b)
         if terms is None:
-            a, layers = self._attn, self._layers
+            a, layers, fixed = self._attn, self._layers, self.gpu_fixed_s(b, b)
             f_layers = layers * a.floor_s
-            ar = (self._ar_per_layer * self.allreduce_s(self._hidden_bytes * b)
-                  if self._tp > 1 else 0.0)  # as _layers_s
             terms = self._decode_cache[b] = (
-                self._layers_s(b, a.decode_base_s(b)) + self.gpu_fixed_s(b, b),
+                self._layers_s(b, a.decode_base_s(b)) + fixed,
                 layers * a.decode_s_per_kv_token(b), self.host_s(b),
-                (self._layers_s(b, 0.0) + self.gpu_fixed_s(b, b)) if f_layers else 0.0,
-                f_layers, a.floor_half * b, self.dense_layer_s(b), ar, self.gpu_fixed_s(b, b))
+                (self._layers_s(b, 0.0) + fixed) if f_layers else 0.0,
+                f_layers, a.floor_half * b, self.dense_layer_s(b), self._layer_allreduces_s(b),
+                fixed)
         return terms
 
     def iteration_ends_from_sums(self, num_tokens: int, sum_context: int,

@@ -48,9 +48,13 @@ def pairwise_sum(term: Callable[[np.ndarray, np.ndarray], np.ndarray], read: Rea
 
 def weighted_mean_std(read: Reader, n: int, total: int) -> tuple[float, float]:
     """`np.average(values, weights=weights)` and `sim.metrics.summary.weighted_std`, bit for bit."""
-    scale = float(total)  # np.average's weight sum: an exact integer in float64
-    mean = pairwise_sum(lambda v, w: np.multiply(v, w, dtype=np.float64), read, 0, n) / scale
-    return mean, _std(read, n, total, mean)
+    mean = pairwise_sum(_weighted, read, 0, n) / float(total)  # float(total): np.average's
+    return mean, _std(read, n, total, mean)  # weight sum, an exact integer in float64
+
+
+def _weighted(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Each value times its weight (float64): the weighted mean's terms."""
+    return np.multiply(values, weights, dtype=np.float64)
 
 
 def _std(read: Reader, n: int, total: int, mean: float) -> float:
@@ -82,8 +86,12 @@ def weighted_percentiles(read: Reader, n: int, total: int, qs: Sequence[float]) 
     """For each q (percent), the smallest value whose weight at or below it reaches q/100 of
     `total` (numpy: searchsorted of the cumulative weights in stable sort order, side left),
     or the largest value when none does."""
-    targets = [q / 100.0 * np.int64(total) for q in qs]  # float64, as compared by searchsorted
-    return select(read, n, targets)
+    return select(read, n, _targets(total, qs))
+
+
+def _targets(total: int, qs: Sequence[float]) -> list[float]:
+    """q/100 of `total` for each q: float64, as numpy's searchsorted compares them."""
+    return [q / 100.0 * np.int64(total) for q in qs]
 
 
 def select(read: Reader, n: int, targets: Sequence[float]) -> list[float]:
@@ -110,11 +118,11 @@ def weighted_summary(read: Reader, n: int,
         RadixSelect.accumulate(hists, values, weights, 0)
         return values, weights
 
-    weighted = pairwise_sum(lambda v, w: np.multiply(v, w, dtype=np.float64), counting, 0, n)
+    weighted = pairwise_sum(_weighted, counting, 0, n)
     if not total[0]:
         nan = float("nan")
         return 0, nan, nan, [nan] * len(qs)
-    radix = RadixSelect([q / 100.0 * np.int64(total[0]) for q in qs])  # as weighted_percentiles
+    radix = RadixSelect(_targets(total[0], qs))
     radix.decide(hists)
     mean = weighted / float(total[0])
     hists = radix.histograms(1)
